@@ -1,0 +1,1 @@
+"""The kernel domain as data: states, tables, invariants, limits, budgets, codes, properties."""

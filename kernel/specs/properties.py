@@ -1,0 +1,277 @@
+"""The property registry: every SPEC checklist id this project must test, with its owning issue.
+
+Covers SPEC §1.12 (RUN, LEASE, RETRY), §2.6 (REC), §6.5 (CAD), the Appendix D additions (D-1 CAD-15,
+D-16 CAD-16..18, RETRY-19..21, INBOX-43, INBOX-44, WF-19) and the redaction rule S-1 of §0.4.
+
+- `kind` is the SPEC's test kind set (§0.2): PBT (Hypothesis over the pure kernel), CONF
+  (conformance against real storage) and LIFE (lifecycle with an injected clock).
+- `source` is the bracketed source of the checklist item, verbatim (e.g. "ADR-0021 §5.5").
+- `issue` is the project issue that must provide the passing test. The root `conftest.py` fails
+  a full test run when an id with `issue <= CURRENT_ISSUE` has no passing
+  `@pytest.mark.spec(id)` test.
+
+Issue assignment: 2 = kernel + property tests (every item with PBT in §1.12/§2.6, CAD-11, CAD-12,
+CAD-17, RETRY-19, S-1); 4 = edge runner and conformance (pure CONF items of §1.12/§2.6, CAD-15,
+CAD-16, RETRY-21); 5 = cluster runner (REC-01, REC-02, REC-06, REC-13, RETRY-20, CAD-06, CAD-07,
+CAD-18); 6 = worker inbox (INBOX-*); 7 = lifecycles (the remaining CAD items); 8 = workflow (WF-19).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+__all__ = ["CURRENT_ISSUE", "KINDS", "PROPERTIES", "Property", "required_ids"]
+
+#: The issue being delivered now; `required_ids(CURRENT_ISSUE)` must all have passing tests.
+CURRENT_ISSUE: Final = 2
+
+#: The test kinds of SPEC §0.2.
+KINDS: Final = frozenset({"PBT", "CONF", "LIFE"})
+
+
+@dataclass(frozen=True, slots=True)
+class Property:
+    """One SPEC checklist item."""
+
+    id: str
+    kind: frozenset[str]
+    statement: str
+    source: str
+    issue: int
+
+
+def _p(pid: str, kind: str, source: str, issue: int, statement: str) -> Property:
+    return Property(
+        id=pid,
+        kind=frozenset(kind.split("+")),
+        statement=statement,
+        source=source,
+        issue=issue,
+    )
+
+
+_ALL: Final = (
+    # -- §1.12 Run and Events -----------------------------------------------------------------
+    _p("RUN-01", "PBT", "ADR-0021, ADR-0232", 2,
+       "After every step of any random command sequence, invariants I-1..I-8 hold."),
+    _p("RUN-02", "PBT+CONF", "ADR-0021 §5.5", 2,
+       "No commands, replays or crashes yield two Attempts with the same (run_id, number) or a "
+       "numbering gap."),
+    _p("RUN-03", "PBT", "decision V-3", 2,
+       "Each committed transition appends exactly its listed Events in order with gapless seq; "
+       "a replay appends none."),
+    _p("RUN-04", "PBT", "ADR-0229 §5", 2,
+       "observed_at_ms earlier than a durable time it depends on gives "
+       "Rejected(CLOCK_REGRESSION) and no change."),
+    _p("RUN-05", "PBT", "§0.3", 2,
+       "Every transition is total: Applied | Replayed | Rejected | Raced, never an exception "
+       "for well-formed input."),
+    _p("RUN-06", "CONF", "ADR-0021 §5.4, §5.5, ADR-0232 §2", 4,
+       "A fault before commit at any statement leaves Run, Attempts, policy, leases and Events "
+       "byte-for-byte unchanged."),
+    _p("RUN-07", "PBT", "ADR-0380 §1", 2,
+       "Both runners call the same kernel transition objects; every profile alias is the "
+       "canonical function."),
+    _p("RUN-08", "PBT", "ADR-0021 §5.5", 2,
+       "Once an Attempt is lost (or terminal) none of its fields change."),
+    # -- §1.12 Dispatch lease and fencing -------------------------------------------------------
+    _p("LEASE-01", "PBT", "ADR-0232 §2, decision V-2", 2,
+       "Every successful lease mutation adds exactly 1 to version; completed/released rows "
+       "never change."),
+    _p("LEASE-02", "PBT+CONF", "ADR-0021 §5.4, ADR-0232 §2", 2,
+       "Any single mismatched fence field is rejected with that field's code and writes nothing."),
+    _p("LEASE-03", "PBT+CONF", "ADR-0021 §5.2", 2,
+       "An identical completion replay is Replayed(already_terminal) even offline or earlier; a "
+       "changed sequence, outcome, exit code, fence or version is rejected."),
+    _p("LEASE-04", "PBT", "ADR-0021 §5.2", 2,
+       "A first completion with an offline Worker, replaced/expired session or expired lease "
+       "is rejected."),
+    _p("LEASE-05", "PBT", "ADR-0021 §5.4", 2,
+       "expire_with_lease on a live, completed or released lease writes nothing."),
+    _p("LEASE-06", "PBT", "ADR-0021 §5.4", 2,
+       "Expiry of a claimed Attempt's lease releases it (lease_expired, version+1), Attempt "
+       "stays claimed, next grant uses generation+1."),
+    _p("LEASE-07", "PBT+CONF", "ADR-0021 §5.4, ADR-0232 §2", 2,
+       "Local expiry of a starting/running Attempt commits lost + release in one transaction; "
+       "with intent only the release."),
+    _p("LEASE-08", "CONF", "ADR-0021 §5.4", 4,
+       "Concurrent renew, completion and expiry end in a serially reachable state; completion "
+       "and expiry never both apply."),
+    _p("LEASE-09", "CONF", "ADR-0232 §2", 4,
+       "After lost + release the old Worker's renew, starting/running ACK and completion fail "
+       "the fence."),
+    _p("LEASE-10", "CONF", "decision I-9", 4,
+       "No control-plane table or log contains a raw lease token."),
+    _p("LEASE-11", "PBT", "ADR-0232 §2", 2,
+       "Attempt.lease_version equals the current lease version after every committed "
+       "transaction."),
+    _p("LEASE-12", "PBT", "decision E-1", 2,
+       "On cluster, expire_with_lease never makes a starting/running Attempt lost."),
+    # -- §1.12 Retry policy and lost retry ------------------------------------------------------
+    _p("RETRY-01", "CONF", "ADR-0021 §5.5", 4,
+       "A Run command carrying a retry policy is rejected before any row is written or process "
+       "starts."),
+    _p("RETRY-02", "CONF", "ADR-0021 verification", 4,
+       "An enabled provider policy with safety unknown rejects admission; no Run, Attempt or "
+       "policy row exists."),
+    _p("RETRY-03", "PBT+CONF", "ADR-0380 §2 and acceptance, ADR-0232 §3", 2,
+       "A lost Run with no policy, retry_on_lost false or max_attempts <= 1 fails with "
+       "RUN_LOST_RETRY_DISABLED."),
+    _p("RETRY-04", "PBT", "ADR-0380 §2", 2,
+       "Stored safety unknown fails with RUN_LOST_RETRY_UNSAFE; precedence DISABLED, UNSAFE, "
+       "EXHAUSTED."),
+    _p("RETRY-05", "PBT", "ADR-0380 §2", 2,
+       "A lost Run whose latest Attempt number >= max_attempts fails with "
+       "RUN_LOST_RETRY_EXHAUSTED."),
+    _p("RETRY-06", "PBT+CONF", "ADR-0021 §5.5, ADR-0380 acceptance", 2,
+       "A retryable lost Run becomes retry_wait at base + delay, policy version+1, one "
+       "run.retry_wait Event, no new Attempt."),
+    _p("RETRY-07", "CONF", "ADR-0021 verification", 4,
+       "A source never returns a retry_wait Run before its next_attempt_at_ms."),
+    _p("RETRY-08", "PBT+CONF", "ADR-0021 §5.5, ADR-0232 §3", 2,
+       "A due retry_wait Run gets exactly one bare claimed Attempt N+1, Run queued, policy "
+       "cleared, run.queued then attempt.claimed; Attempt N unchanged."),
+    _p("RETRY-09", "PBT+CONF", "ADR-0380 §2", 2,
+       "Replaying any retry step never creates Attempt N+2; the replay is Raced or a no-op."),
+    _p("RETRY-10", "CONF", "ADR-0021 verification", 4,
+       "A fault at any statement of the requeue transaction rolls back Run, policy, new Attempt "
+       "and both Events."),
+    _p("RETRY-11", "PBT", "ADR-0021 verification", 2,
+       "A cancellation intent set before the requeue commits prevents Attempt N+1; the Run ends "
+       "cancelled (or timed_out)."),
+    _p("RETRY-12", "CONF", "ADR-0380 §2, ADR-0232 §3", 4,
+       "Workflow Runs, non-runtime Runs and Runs whose latest Attempt is not lost are never "
+       "selected."),
+    _p("RETRY-13", "CONF", "ADR-0380 acceptance, ADR-0021 verification", 4,
+       "One call processes at most limit (<= 64) candidates, has_more is exact, no timer or "
+       "further page."),
+    _p("RETRY-14", "PBT", "ADR-0380 §2", 2,
+       "Page counts satisfy scheduled + requeued + failed + raced + errored = scanned <= limit."),
+    _p("RETRY-15", "CONF", "ADR-0380 §2", 4,
+       "Within a page every lost candidate precedes every due retry_wait candidate."),
+    _p("RETRY-16", "PBT", "decision 1.8.1", 2,
+       "delay is non-decreasing in n, never exceeds backoff_max_ms, and is 0 when "
+       "backoff_base_ms = 0."),
+    _p("RETRY-17", "CONF", "ADR-0232 §3, ADR-0021 §5.5", 4,
+       "Cluster: a candidate error stops the page; local: it is unchanged, counted errored, "
+       "and the page continues."),
+    _p("RETRY-18", "CONF", "ADR-0021 §5.5", 4,
+       "Local activation accepts only the latest claimed Attempt of an uncancelled queued local "
+       "Run; one spawn under concurrency."),
+    # -- §2.6 Recovery --------------------------------------------------------------------------
+    _p("REC-01", "CONF", "ADR-0232 §1", 5,
+       "The cluster source returns exactly the §2.3 rows; never pristine claimed Attempts or "
+       "created Runs."),
+    _p("REC-02", "CONF", "ADR-0232 §1", 5,
+       "The cluster source returns at most limit (<= 64, default 16) rows, exact has_more, no "
+       "persisted cursor."),
+    _p("REC-03", "PBT+CONF", "ADR-0232 §1", 2,
+       "An expired starting/running Attempt without trusted not-running evidence stays "
+       "unchanged and is reselected."),
+    _p("REC-04", "CONF", "ADR-0232 §2", 4,
+       "Recovery writing lost releases the lease (lease_expired, version+1), mirrored on the "
+       "Attempt; no leased row remains."),
+    _p("REC-05", "CONF", "ADR-0232 §2", 4,
+       "With no lease row matching generation/version, recovery creates and modifies no lease."),
+    _p("REC-06", "CONF", "ADR-0232 §2, §3", 5,
+       "Per candidate lock order is advisory lock, Run, Attempt, lease."),
+    _p("REC-07", "CONF", "ADR-0229 §3", 4,
+       "Ordinary startup recovery and the cluster source never select a Workflow aggregate Run."),
+    _p("REC-08", "PBT", "ADR-0021 §5.1, ADR-0229 §3", 2,
+       "Evidence order is receipt then identity; live needs two consistent inspections of the "
+       "persisted identity."),
+    _p("REC-09", "CONF", "ADR-0380 §3", 4,
+       "Startup recovery, then the first execution-control lost-retry page, finish before the "
+       "scheduler's first cycle."),
+    _p("REC-10", "PBT", "ADR-0021 §5.5, ADR-0232 §3", 2,
+       "No recovery step inserts an Attempt or modifies a retry policy."),
+    _p("REC-11", "PBT", "ADR-0232 §1", 2,
+       "Re-running recovery on its own output is a no-op (idempotent)."),
+    _p("REC-12", "CONF", "decision §2.2", 4,
+       "Local startup fails an orphaned created Run (RUN_ORPHANED_CREATED); the cluster source "
+       "never does."),
+    _p("REC-13", "CONF", "ADR-0232 §4", 5,
+       "A recovery error in a cluster cycle means no schedule, frontier or Task admission runs "
+       "in that cycle."),
+    # -- §6.5 Cadences, orderings and budgets ----------------------------------------------------
+    _p("CAD-01", "CONF", "ADR-0380 §3", 7,
+       "Locally, startup recovery completes before the first execution-control cycle, which "
+       "precedes the scheduler's first."),
+    _p("CAD-02", "LIFE", "ADR-0380 §3", 7,
+       "Each execution-control cycle: completions, cancellation/deadline, one lost-retry page, "
+       "slow-cycle cleanup."),
+    _p("CAD-03", "LIFE", "ADR-0380 §3", 7,
+       "An execution-control cycle handles at most 2 (edge) / 16 (standalone) lost-retry "
+       "candidates at 5 s / 1 s."),
+    _p("CAD-04", "LIFE", "ADR-0380 acceptance, ADR-0232 §4", 7,
+       "Overlapping run_once() calls on any lifecycle give one cycle execution and one shared "
+       "result."),
+    _p("CAD-05", "LIFE", "ADR-0380 §3", 7,
+       "A stop drain of execution control makes no lost-retry call."),
+    _p("CAD-06", "LIFE", "ADR-0232 §4", 5,
+       "Cluster cycle order: recovery, lost retry, schedule, frontier, admission; a failure in "
+       "the first two skips the rest."),
+    _p("CAD-07", "LIFE", "ADR-0232 §4", 5,
+       "The cluster runtime coordinator holds no timer, pool, connection, cursor or per-Run "
+       "state."),
+    _p("CAD-08", "LIFE", "ADR-0229 §6", 7,
+       "Local stop order is scheduler drain, execution-control drain, storage close."),
+    _p("CAD-09", "CONF", "ADR-0380 acceptance, ADR-0232 §5", 7,
+       "Exactly one timer per active lifecycle, none elsewhere; the local profile holds one "
+       "SQLite connection."),
+    _p("CAD-10", "CONF", "ADR-0232 §4, §5", 7,
+       "Edge/standalone never import the PostgreSQL runner; cluster never builds a SQLite "
+       "lifecycle."),
+    _p("CAD-11", "PBT", "all", 2,
+       "The kernel/specs budget data equals the §6.3 table; components reject configuration "
+       "above the hard limits."),
+    _p("CAD-12", "PBT", "all", 2,
+       "For any backlog, one cycle or call of each component processes no more items than its "
+       "budget."),
+    _p("CAD-13", "LIFE", "ADR-0036 §4, decision L-rules", 7,
+       "Every lifecycle satisfies L-1..L-9 (shared contract test)."),
+    _p("CAD-14", "LIFE", "ADR-0380 §3, ADR-0232 §4", 7,
+       "Only its lifecycle triggers lost retry: there is no second lost-retry cadence."),
+    # -- Appendix D additions ------------------------------------------------------------------
+    _p("CAD-15", "CONF", "ADR-0380 §3", 4,
+       "Slow-cycle cleanup never deletes the receipt of a non-terminal Attempt."),
+    _p("CAD-16", "CONF", "ADR-0380 acceptance, ADR-0232 §5", 4,
+       "The created schema equals §1.1; recovery and retry add no table, index or migration."),
+    _p("CAD-17", "PBT", "ADR-0380 acceptance", 2,
+       "kernel/ imports no sqlite3, psycopg, time, random, os or threading; edge imports nothing "
+       "from runners/cluster."),
+    _p("CAD-18", "CONF", "ADR-0232 §5", 5,
+       "The Worker-ingress PostgreSQL role is denied writes on runs, attempts, policies and "
+       "leases."),
+    _p("INBOX-43", "CONF", "ADR-0021 verification", 6,
+       "ENOSPC/EIO/EACCES at write, fsync, link or rename fail closed; prior revision intact, "
+       "no partial file."),
+    _p("INBOX-44", "PBT", "ADR-0021 §6", 6,
+       "repr/str, logs and exception text never contain a token, command or ExecutionSpec; "
+       "failures carry fixed codes."),
+    _p("WF-19", "CONF", "ADR-0229 §7", 8,
+       "On PostgreSQL, Task Attempt admission is atomic and its exact replay returns the "
+       "existing entry."),
+    _p("RETRY-19", "PBT", "ADR-0380 §4", 2,
+       "Lost-retry Events use actor reconciler; nothing is typed as manual recovery."),
+    _p("RETRY-20", "CONF", "ADR-0232 §3", 5,
+       "On PostgreSQL the due check uses database time: with the runner clock ahead, a not-due "
+       "Run is not requeued."),
+    _p("RETRY-21", "PBT", "ADR-0021 §5.5", 4,
+       "The local dispatcher deep-copies the ExecutionSpec and rejects a non-advancing cursor."),
+    # -- §0.4 Redaction rule ---------------------------------------------------------------------
+    _p("S-1", "PBT", "§0.4", 2,
+       "No raw token, command line or ExecutionSpec appears in results, Events, errors, logs, "
+       "traces or repr()."),
+)  # fmt: skip
+
+#: Every registered property by id (read-only).
+PROPERTIES: Final[Mapping[str, Property]] = MappingProxyType({p.id: p for p in _ALL})
+
+
+def required_ids(up_to_issue: int) -> frozenset[str]:
+    """The ids whose passing tests are due by issue `up_to_issue` (inclusive)."""
+    return frozenset(pid for pid, prop in PROPERTIES.items() if prop.issue <= up_to_issue)

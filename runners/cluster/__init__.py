@@ -1,0 +1,1 @@
+"""Cluster runner on PostgreSQL with psycopg 3 (issue 5)."""

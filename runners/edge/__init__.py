@@ -1,0 +1,1 @@
+"""Edge/standalone runner on stdlib sqlite3 (issue 4)."""

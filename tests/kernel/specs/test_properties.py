@@ -1,0 +1,245 @@
+"""The property registry covers every SPEC checklist id, and the traceability plugin enforces it.
+
+The SPEC is read from `../shared/SPEC.md` relative to the repository root (CI checks out `shared/`
+beside the clone). A missing SPEC fails the test: the registry must never silently drift.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kernel.specs import properties
+from kernel.specs.properties import CURRENT_ISSUE, KINDS, PROPERTIES, required_ids
+
+pytest_plugins = ("pytester",)
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+SPEC_PATH = (REPO_ROOT / ".." / "shared" / "SPEC.md").resolve()
+
+ID_PATTERN = re.compile(r"^[A-Z0-9]+-\d+$")
+# A checklist item: "- RUN-01 [ADR-0021, ADR-0232; PBT] ..." (the bracket may wrap a line).
+ITEM_PATTERN = re.compile(r"^\s*- ([A-Z0-9]+-\d+) \[([^\]]+)\]", re.MULTILINE)
+# An Appendix D addition: "CAD-15 [ADR-0380 §3; CONF]" anywhere in the appendix.
+ADDED_PATTERN = re.compile(r"\b([A-Z0-9]+-\d+) \[([^\]]+); ([A-Z+]+)\]")
+CHECKLIST_HEADINGS = ("### 1.12 Checklist", "### 2.6 Checklist", "### 6.5 Checklist")
+APPENDIX_D_HEADING = "## Appendix D."
+
+
+def _spec_text() -> str:
+    if not SPEC_PATH.is_file():
+        pytest.fail(
+            f"SPEC not found at {SPEC_PATH}: the property registry is checked against "
+            "shared/SPEC.md, which must sit beside the repository clone (../shared/SPEC.md)"
+        )
+    return SPEC_PATH.read_text(encoding="utf-8")
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    level = heading.split(" ", 1)[0]
+    following = re.compile(rf"^#{{1,{len(level)}}} ", re.MULTILINE)
+    end = following.search(text, start + len(heading))
+    return text[start : end.start() if end else len(text)]
+
+
+def _spec_items() -> dict[str, tuple[str, frozenset[str]]]:
+    """id -> (source, kinds) for every checklist item the registry must cover."""
+    text = _spec_text()
+    items: dict[str, tuple[str, frozenset[str]]] = {}
+    for heading in CHECKLIST_HEADINGS:
+        for pid, bracket in ITEM_PATTERN.findall(_section(text, heading)):
+            source, kinds = " ".join(bracket.split()).rsplit("; ", 1)
+            items[pid] = (source, frozenset(kinds.split("+")))
+    for pid, source, kinds in ADDED_PATTERN.findall(_section(text, APPENDIX_D_HEADING)):
+        items[pid] = (" ".join(source.split()), frozenset(kinds.split("+")))
+    return items
+
+
+def test_ids_are_well_formed_and_keys_match() -> None:
+    for key, prop in PROPERTIES.items():
+        assert key == prop.id
+        assert ID_PATTERN.fullmatch(prop.id) or prop.id == "S-1", prop.id
+
+
+def test_no_duplicate_ids_in_the_source_tuple() -> None:
+    ids = [prop.id for prop in properties._ALL]
+    assert len(ids) == len(set(ids)) == len(PROPERTIES)
+
+
+def test_fields_are_well_formed() -> None:
+    for prop in PROPERTIES.values():
+        assert prop.kind, prop.id
+        assert prop.kind <= KINDS, prop.id
+        assert prop.statement, prop.id
+        assert prop.statement.strip() == prop.statement, prop.id
+        assert "\n" not in prop.statement, prop.id
+        assert prop.source, prop.id
+        assert prop.issue in {2, 4, 5, 6, 7, 8}, prop.id
+
+
+def test_spec_checklist_ids_are_all_registered() -> None:
+    spec = _spec_items()
+    text = _spec_text()
+    for heading in CHECKLIST_HEADINGS:  # each section really has items (parser sanity)
+        assert ITEM_PATTERN.search(_section(text, heading)), heading
+    missing = sorted(set(spec) - set(PROPERTIES))
+    assert not missing, f"checklist ids in SPEC but not in PROPERTIES: {missing}"
+    extra = sorted(set(PROPERTIES) - set(spec) - {"S-1"})
+    assert not extra, f"ids in PROPERTIES that the SPEC checklists do not list: {extra}"
+
+
+def test_registry_sources_and_kinds_match_the_spec() -> None:
+    for pid, (source, kinds) in _spec_items().items():
+        prop = PROPERTIES[pid]
+        assert prop.source == source, pid
+        assert prop.kind == kinds, pid
+
+
+def test_counts_per_family() -> None:
+    families: dict[str, int] = {}
+    for pid in PROPERTIES:
+        family = pid.rsplit("-", 1)[0]
+        families[family] = families.get(family, 0) + 1
+    assert families == {
+        "RUN": 8,
+        "LEASE": 12,
+        "RETRY": 21,
+        "REC": 13,
+        "CAD": 18,
+        "INBOX": 2,
+        "WF": 1,
+        "S": 1,
+    }
+
+
+def test_issue_assignment_rules() -> None:
+    cluster = {"REC-01", "REC-02", "REC-06", "REC-13", "RETRY-20", "CAD-06", "CAD-07", "CAD-18"}
+    for pid, prop in PROPERTIES.items():
+        family = pid.rsplit("-", 1)[0]
+        if pid in cluster:
+            expected = 5
+        elif family == "INBOX":
+            expected = 6
+        elif family == "WF":
+            expected = 8
+        elif pid in {"CAD-11", "CAD-12", "CAD-17", "RETRY-19", "S-1"}:
+            expected = 2
+        elif pid in {"CAD-15", "CAD-16", "RETRY-21"}:
+            expected = 4
+        elif family == "CAD":
+            expected = 7
+        elif "PBT" in prop.kind:
+            expected = 2
+        else:
+            expected = 4
+        assert prop.issue == expected, pid
+
+
+def test_required_ids() -> None:
+    assert CURRENT_ISSUE == 2
+    current = required_ids(CURRENT_ISSUE)
+    assert {"S-1", "CAD-11", "CAD-12", "RUN-02", "LEASE-02", "RETRY-19"} <= current
+    assert not {"RETRY-21", "REC-01", "CAD-01", "INBOX-44", "WF-19", "RUN-06"} & current
+    assert required_ids(1) == frozenset()
+    assert required_ids(8) == frozenset(PROPERTIES)
+    for issue in range(1, 9):
+        assert required_ids(issue) <= required_ids(issue + 1)
+        assert required_ids(issue) == {p for p, v in PROPERTIES.items() if v.issue <= issue}
+
+
+# --------------------------------------------------------------------------------------------
+# The traceability plugin of the root conftest.py, run in a child pytest
+# --------------------------------------------------------------------------------------------
+
+_PYPROJECT = """
+[tool.pytest.ini_options]
+testpaths = ["tests"]
+addopts = "-p no:cacheprovider --strict-markers"
+markers = ["spec(*ids): SPEC property ids"]
+"""
+
+
+def _project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+    monkeypatch.delenv("QL3_HYPOTHESIS_PROFILE", raising=False)
+    pytester.makeconftest((REPO_ROOT / "conftest.py").read_text(encoding="utf-8"))
+    pytester.makepyprojecttoml(_PYPROJECT)
+    tests = pytester.mkdir("tests")
+    (tests / "test_cited.py").write_text(body, encoding="utf-8")
+
+
+def _citing_all(extra: str = "", exclude: frozenset[str] = frozenset()) -> str:
+    ids = ", ".join(repr(pid) for pid in sorted(required_ids(CURRENT_ISSUE) - exclude))
+    return f"import pytest\n\n@pytest.mark.spec({ids})\ndef test_all():\n    pass\n{extra}"
+
+
+def test_plugin_passes_when_every_required_id_passes(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _project(pytester, monkeypatch, _citing_all())
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.OK
+    n = len(required_ids(CURRENT_ISSUE))
+    result.stdout.fnmatch_lines([f"spec traceability: {n}/{n} required ids covered"])
+
+
+def test_plugin_fails_a_full_run_with_missing_ids(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = (
+        "import pytest\n\n"
+        "@pytest.mark.spec('CAD-11')\ndef test_one():\n    pass\n\n"
+        "@pytest.mark.spec('CAD-12')\n@pytest.mark.skip(reason='x')\ndef test_skipped():\n"
+        "    pass\n\n"
+        "@pytest.mark.spec('S-1')\n@pytest.mark.xfail(reason='x')\ndef test_xfail():\n"
+        "    assert False\n"
+    )
+    _project(pytester, monkeypatch, body)
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    n = len(required_ids(CURRENT_ISSUE))
+    result.stdout.fnmatch_lines(
+        ["*CAD-12 (issue 2)*", "*S-1 (issue 2)*", f"spec traceability: 1/{n} required ids covered"]
+    )
+    assert "  CAD-11 (issue" not in result.stdout.str()
+
+
+def test_plugin_can_be_disabled_and_skips_partial_runs(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = "import pytest\n\n@pytest.mark.spec('CAD-11')\ndef test_one():\n    pass\n"
+    _project(pytester, monkeypatch, body)
+    assert pytester.runpytest_subprocess("--no-spec-trace").ret == pytest.ExitCode.OK
+    partial = pytester.runpytest_subprocess("-k", "one")
+    assert partial.ret == pytest.ExitCode.OK
+    partial.stdout.fnmatch_lines(["spec traceability: not checked (partial test selection)"])
+    assert pytester.runpytest_subprocess("tests/test_cited.py::test_one").ret == 0
+
+
+def test_plugin_rejects_unknown_ids(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = "import pytest\n\n@pytest.mark.spec('RUN-99')\ndef test_typo():\n    pass\n"
+    _project(pytester, monkeypatch, body)
+    result = pytester.runpytest_subprocess("--no-spec-trace")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_typo*unknown SPEC property id 'RUN-99'*"])
+
+
+def test_plugin_voids_a_pass_whose_teardown_fails(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    extra = (
+        "\n@pytest.fixture\ndef broken():\n    yield\n    raise RuntimeError('teardown')\n\n"
+        "@pytest.mark.spec('CAD-11')\ndef test_teardown(broken):\n    pass\n"
+    )
+    _project(pytester, monkeypatch, _citing_all(extra, exclude=frozenset({"CAD-11"})))
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    n = len(required_ids(CURRENT_ISSUE))
+    result.stdout.fnmatch_lines(
+        ["*CAD-11 (issue 2)*", f"spec traceability: {n - 1}/{n} required ids covered"]
+    )
