@@ -77,27 +77,33 @@ def _input_ok(aggregate: RunAggregate | None) -> bool:
     return aggregate is None or not check_invariants(aggregate)
 
 
+def _time_ok(observed_at_ms: object) -> bool:
+    return (
+        isinstance(observed_at_ms, int)
+        and not isinstance(observed_at_ms, bool)
+        and observed_at_ms >= 0
+    )
+
+
+def _step_ok(aggregate: RunAggregate | None, observed_at_ms: int, result: Outcome) -> bool:
+    return not step_violations(aggregate, result, observed_at_ms)
+
+
+# Named functions, not lambdas: icontract then reports a violation by name and description
+# without re-parsing the decorator's source (the contracts are applied programmatically).
 def transition(fn: F) -> F:
     """Decorate a transition `(aggregate, command, observed_at_ms) -> Outcome` with the shared
     contracts. The function object returned is the one every caller and alias uses (RUN-07)."""
     wrapped: Any = icontract.ensure(
-        lambda aggregate, observed_at_ms, result: (
-            not step_violations(aggregate, result, observed_at_ms)
-        ),
+        _step_ok,
         "an Applied outcome keeps I-1..I-9, moves versions by exactly one (V-1, V-2), leaves "
         "final rows unchanged (I-5), numbers Events on (V-3, V-4) and its effects reproduce it",
     )(fn)
+    wrapped = icontract.require(_input_ok, "the input aggregate satisfies the invariants I-1..I-9")(
+        wrapped
+    )
     wrapped = icontract.require(
-        _input_ok,
-        "the input aggregate satisfies the invariants I-1..I-9",
-    )(wrapped)
-    wrapped = icontract.require(
-        lambda observed_at_ms: (
-            isinstance(observed_at_ms, int)
-            and not isinstance(observed_at_ms, bool)
-            and observed_at_ms >= 0
-        ),
-        "observed_at_ms is a non-negative integer (ms since the epoch)",
+        _time_ok, "observed_at_ms is a non-negative integer (ms since the epoch)"
     )(wrapped)
     result: F = wrapped
     return result

@@ -71,7 +71,9 @@ def i2_status_compatibility(agg: RunAggregate) -> list[Violation]:
     if status is RunStatus.CREATED:
         return bad("created run has attempts") if a is not None else out
     if a is None:
-        return bad(f"{status} run has no attempt")
+        # A Run that never left `created` may end without an Attempt (orphan failure, §2.2;
+        # cancellation, §1.9); every other status needs one.
+        return out if status.terminal else bad(f"{status} run has no attempt")
     leased = agg.leased_lease(a.attempt_id)
     if status is RunStatus.QUEUED:
         if a.status is not AttemptStatus.CLAIMED or leased is not None:

@@ -47,7 +47,9 @@ def activate_local(
         return Rejected(Code.ATTEMPT_NOT_LATEST)
     if run.owner is not RunOwner.RUNTIME:
         return Rejected(Code.NOT_RUNTIME_OWNED)
-    if attempt.executor_type != command.local_executor_type:
+    # An Attempt that was ever offered to a remote Worker (it has lease rows) is a remote
+    # Attempt: activating it locally would give one Attempt two execution authorities.
+    if attempt.executor_type != command.local_executor_type or attempt.lease_generation is not None:
         return Rejected(Code.EXECUTOR_TYPE_MISMATCH)
     if run.has_cancel_intent:
         return Rejected(Code.CANCEL_REQUESTED)

@@ -1,0 +1,1 @@
+"""Shared test support: a kernel simulator that reaches states through real transitions."""
