@@ -233,15 +233,10 @@ _PREFERRED: dict[RunStatus, tuple[str, ...]] = {
     ),
     RunStatus.LOST: ("lost_retry", "lost_retry", "lost_retry", "converge_cancel", "request_cancel"),
     RunStatus.RETRY_WAIT: ("lost_retry", "lost_retry", "lost_retry", "converge_cancel"),
-    **{
-        status: ("replay_last", "complete", "starting", "expire", "lost_retry", "request_cancel")
-        for status in (
-            RunStatus.SUCCEEDED,
-            RunStatus.FAILED,
-            RunStatus.CANCELLED,
-            RunStatus.TIMED_OUT,
-        )
-    },
+    **dict.fromkeys(
+        (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT),
+        ("replay_last", "complete", "starting", "expire", "lost_retry", "request_cancel"),
+    ),
 }
 
 
@@ -426,7 +421,7 @@ def draw_command(data: st.DataObject, sim: Sim) -> Command | None:
 
 def advance_clock(data: st.DataObject, sim: Sim) -> None:
     """Time usually moves forward; sometimes it steps back (clock skew, RUN-04)."""
-    step = data.draw(st.sampled_from(TIME_STEPS + (-1, -2_000)))
+    step = data.draw(st.sampled_from((*TIME_STEPS, -1, -2000)))
     sim.now = max(0, sim.now + step)
 
 
