@@ -2,9 +2,11 @@
 
 Each table maps `(from status, command name)` to the set of statuses the entity may hold after an
 `Applied` outcome of that command. A pair that is absent is never applied: the transition returns
-`Rejected`, `Replayed` or `Raced` and writes nothing. The Attempt table is about the Attempt the
-command addresses (or, for Run-addressed commands, the latest Attempt); the lease table is about
-that Attempt's current lease. Creation edges (admission, a retry Attempt, a grant) are listed in
+`Rejected`, `Replayed` or `Raced` and writes nothing.
+- Run table: every applied command on an existing Run is a pair, even one that keeps its status.
+- Attempt table: the latest Attempt before the command (the one every command addresses), with
+  its status afterwards, changed or not.
+- Lease table: only lease rows a command changes (most commands leave leases alone). Creation edges (admission, a retry Attempt, a grant) are listed in
 the `*_INITIAL` maps. Read them like h11's `_state.py`: this is the whole legal surface.
 """
 
@@ -111,7 +113,6 @@ LEASE_TRANSITIONS: Final[Mapping[tuple[L, str], frozenset[L]]] = MappingProxyTyp
     (L.LEASED, "expire_with_lease"):           frozenset({L.RELEASED}),                  # T7 T8 T9
     (L.LEASED, "converge_cancel"):             frozenset({L.RELEASED}),                  # §1.9
     (L.LEASED, "recover_runtime"):             frozenset({L.RELEASED}),                  # §2.4
-    (L.LEASED, "recover_local_startup"):       frozenset({L.RELEASED}),                  # §2.4
 })
 
 LEASE_INITIAL: Final[Mapping[str, L]] = MappingProxyType({
