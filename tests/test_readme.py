@@ -7,18 +7,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kernel import Applied, Code, Rejected
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_readme_python_example_runs(capsys: object) -> None:
+def test_readme_python_example_runs() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert blocks, "README has no python example"
     namespace: dict[str, object] = {}
     exec(compile(blocks[0], "README.md", "exec"), namespace)  # noqa: S102 - our own README
-    assert "LEASE_TOKEN_MISMATCH" in repr(namespace.get("stale")) or True
-    outcome = namespace["outcome"]
-    assert type(outcome).__name__ == "Applied"
+    assert isinstance(namespace["outcome"], Applied)
+    assert "LEASE_TOKEN_MISMATCH" in blocks[0]
+    assert Rejected(Code.LEASE_TOKEN_MISMATCH) is not None
 
 
 def test_example_script_drives_a_run_to_success() -> None:
