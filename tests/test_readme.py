@@ -19,8 +19,7 @@ def test_readme_python_example_runs() -> None:
     namespace: dict[str, object] = {}
     exec(compile(blocks[0], "README.md", "exec"), namespace)  # noqa: S102 - our own README
     assert isinstance(namespace["outcome"], Applied)
-    assert "LEASE_TOKEN_MISMATCH" in blocks[0]
-    assert Rejected(Code.LEASE_TOKEN_MISMATCH) is not None
+    assert namespace["refused"] == Rejected(Code.LEASE_TOKEN_MISMATCH)
 
 
 def test_example_script_drives_a_run_to_success() -> None:
