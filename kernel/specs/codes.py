@@ -84,6 +84,7 @@ class Code(enum.StrEnum):
     FAILED_UNSAFE = "failed_unsafe"
     FAILED_EXHAUSTED = "failed_exhausted"
     RACED = "raced"
+    CAS_CONFLICT = "CAS_CONFLICT"
     ERRORED = "errored"
     RETRY_WAIT = "retry_wait"
     # -- component unavailability ---------------------------------------------------------

@@ -1,0 +1,84 @@
+"""The canonical projection of durable Run-domain state (SPEC §7).
+
+Every store projects to the same JSON-compatible value: the rows of §1.1 as plain dicts, sorted
+by primary key, enums as their values, tokens only as digests (they are never stored raw). A
+field-level diff of two projections is what the conformance report shows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kernel import Attempt, Event, Lease, Run, RunAggregate, RunRetryPolicy
+
+Projection = dict[str, list[dict[str, Any]]]
+TABLES = ("runs", "attempts", "policies", "leases", "events")
+
+
+def _row(value: Run | Attempt | RunRetryPolicy | Lease | Event) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(value):
+        item = getattr(value, field.name)
+        if isinstance(item, enum.Enum):
+            item = item.value
+        elif field.name == "payload":
+            item = {k: (v.value if isinstance(v, enum.Enum) else v) for k, v in item}
+        out[field.name] = item
+    return out
+
+
+def project(
+    aggregates: Iterable[RunAggregate], events: Mapping[str, Iterable[Event]]
+) -> Projection:
+    """Project aggregates and their Events (keyed by run id) canonically."""
+    runs: list[dict[str, Any]] = []
+    attempts: list[dict[str, Any]] = []
+    policies: list[dict[str, Any]] = []
+    leases: list[dict[str, Any]] = []
+    all_events: list[dict[str, Any]] = []
+    for agg in aggregates:
+        runs.append(_row(agg.run))
+        attempts.extend(_row(a) for a in agg.attempts)
+        if agg.policy is not None:
+            policies.append(_row(agg.policy))
+        leases.extend(_row(x) for x in agg.leases)
+        all_events.extend(_row(e) for e in events.get(agg.run.run_id, ()))
+    return {
+        "runs": sorted(runs, key=lambda r: r["run_id"]),
+        "attempts": sorted(attempts, key=lambda r: r["attempt_id"]),
+        "policies": sorted(policies, key=lambda r: r["run_id"]),
+        "leases": sorted(leases, key=lambda r: (r["attempt_id"], r["lease_generation"])),
+        "events": sorted(all_events, key=lambda r: (r["run_id"], r["seq"])),
+    }
+
+
+def diff(expected: Projection, actual: Projection) -> list[str]:
+    """Field-level differences, one line each: `table[key].field: expected != actual`."""
+    lines: list[str] = []
+    keys = {
+        "runs": ("run_id",),
+        "attempts": ("attempt_id",),
+        "policies": ("run_id",),
+        "leases": ("attempt_id", "lease_generation"),
+        "events": ("run_id", "seq"),
+    }
+    for table in TABLES:
+
+        def key(row: Mapping[str, Any], _t: str = table) -> str:
+            return "/".join(str(row[k]) for k in keys[_t])
+
+        want = {key(r): r for r in expected.get(table, [])}
+        got = {key(r): r for r in actual.get(table, [])}
+        for k in sorted(want.keys() - got.keys()):
+            lines.append(f"{table}[{k}]: missing")
+        for k in sorted(got.keys() - want.keys()):
+            lines.append(f"{table}[{k}]: unexpected row")
+        for k in sorted(want.keys() & got.keys()):
+            for field in sorted(want[k].keys() | got[k].keys()):
+                a, b = want[k].get(field), got[k].get(field)
+                if a != b:
+                    lines.append(f"{table}[{k}].{field}: expected {a!r}, got {b!r}")
+    return lines

@@ -1,0 +1,74 @@
+"""The one engine every store runs: load -> kernel -> execute effects -> commit.
+
+It holds no domain rule (ARCHITECTURE rules 1 and 5): it picks the aggregate the command
+addresses, calls the kernel's one transition for the command, and hands each effect to the
+store's transaction in order. A store whose guarded statement matches zero rows raises
+`StaleWrite`; the engine rolls the transaction back and reports `Raced(CAS_CONFLICT)`. Any other
+storage failure propagates after the rollback: the caller fails closed.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+from kernel import Applied, Command, Effect, Outcome, Raced, RunAggregate, apply
+from kernel.specs.codes import Code
+
+
+class StaleWrite(Exception):
+    """A guarded write affected zero rows: the durable row no longer matches the kernel's
+    expectation (version, status, generation or token digest). Never a success."""
+
+
+class StorageTransaction(Protocol):
+    """One open transaction of a store (SQLite `BEGIN IMMEDIATE`, a PostgreSQL transaction, or
+    the reference store's copy-on-write scratch)."""
+
+    def load_run(self, run_id: str) -> RunAggregate | None: ...
+
+    def load_run_of_attempt(self, attempt_id: str) -> RunAggregate | None: ...
+
+    def execute(self, effect: Effect) -> None:
+        """Persist one effect with its guard; raise `StaleWrite` on zero rows."""
+        ...
+
+
+class Storage(Protocol):
+    def transaction(self) -> AbstractContextManager[StorageTransaction]:
+        """Commit when the block ends normally; roll back when it raises."""
+        ...
+
+
+def load_for(tx: StorageTransaction, command: Command) -> RunAggregate | None:
+    """The aggregate a command addresses: by Attempt for Attempt-addressed commands (so that a
+    fence naming another Run is detected as `LEASE_RUN_MISMATCH`), else by Run."""
+    attempt_id = getattr(command, "attempt_id", None)
+    if isinstance(attempt_id, str) and command.name != "admit_run":
+        found = tx.load_run_of_attempt(attempt_id)
+        if found is not None:
+            return found
+    return tx.load_run(command.run_id)
+
+
+class _Rollback(Exception):
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__("rollback")
+        self.outcome = outcome
+
+
+def execute(storage: Storage, command: Command, observed_at_ms: int) -> Outcome:
+    """Run one command in one transaction and return the kernel's outcome (or `Raced` when a
+    guarded write lost a race)."""
+    try:
+        with storage.transaction() as tx:
+            outcome = apply(load_for(tx, command), command, observed_at_ms)
+            if isinstance(outcome, Applied):
+                try:
+                    for effect in outcome.effects:
+                        tx.execute(effect)
+                except StaleWrite:
+                    raise _Rollback(Raced(Code.CAS_CONFLICT)) from None
+            return outcome
+    except _Rollback as rollback:
+        return rollback.outcome
