@@ -16,7 +16,14 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from kernel.commands import COMMANDS_BY_NAME, AdmitRun, Command, CommandError, PolicyDefinition
+from kernel.commands import (
+    COMMANDS_BY_NAME,
+    AdmitRun,
+    Command,
+    CommandError,
+    CreateRun,
+    PolicyDefinition,
+)
 from kernel.evidence import CompletedEvidence, LiveEvidence, NotRunningEvidence, UnknownEvidence
 from kernel.identity import IdentityError, Secret
 from kernel.outcomes import Rejected
@@ -36,6 +43,9 @@ POLICY_MEMBERS = frozenset(
         "next_attempt_at_ms",
     }
 )
+
+# Commands that create a Run from a caller's request (A-1 applies to both admission phases).
+RUN_COMMANDS: frozenset[type] = frozenset({AdmitRun, CreateRun})
 
 _EVIDENCE: dict[str, type] = {
     "completed": CompletedEvidence,
@@ -74,14 +84,14 @@ def decode_command(
         raise CommandError("command", "unknown command name")
     if not isinstance(args, Mapping):
         raise CommandError(name, "arguments must be an object")
-    if command_type is AdmitRun:
-        if POLICY_MEMBERS & set(args):
-            return Rejected(Code.RUN_RETRY_POLICY_NOT_ADMISSIBLE)
-        args = {**args, "provider_policy": provider_policy}
-    elif provider_policy is not None:
+    if command_type in RUN_COMMANDS and POLICY_MEMBERS & set(args):
+        return Rejected(Code.RUN_RETRY_POLICY_NOT_ADMISSIBLE)
+    if provider_policy is not None and command_type is not AdmitRun:
         raise CommandError("provider_policy", "only admit_run takes a provider policy")
-    value = _decode_dataclass(command_type, args, "", decode_secret)
-    return typing.cast(Command, value)
+    value = typing.cast(Command, _decode_dataclass(command_type, args, "", decode_secret))
+    if isinstance(value, AdmitRun) and provider_policy is not None:
+        value = dataclasses.replace(value, provider_policy=provider_policy)
+    return value
 
 
 def _decode_dataclass(cls: type, data: object, prefix: str, decode_secret: SecretDecoder) -> object:

@@ -12,12 +12,19 @@ from kernel.transitions.retry_policy import policy_limits_code, retry_enabled
 from kernel.transitions.transaction import Tx
 
 
-def _same_identity(existing: Run, command: AdmitRun | CreateRun) -> bool:
+def _same_identity(existing: RunAggregate, command: AdmitRun | CreateRun) -> bool:
+    """An exact admission replay names the same Run identity and, for `admit_run`, the same
+    first Attempt; anything else under a taken Run id is a conflict."""
+    run = existing.run
+    first = existing.attempts[0].attempt_id if existing.attempts else None
     return (
-        existing.project_id == command.project_id
-        and existing.task_id == command.task_id
-        and existing.task_revision == command.task_revision
-        and existing.executor_type == command.executor_type
+        run.project_id == command.project_id
+        and run.task_id == command.task_id
+        and run.task_revision == command.task_revision
+        and run.executor_type == command.executor_type
+        and run.kind is command.kind
+        and run.owner is command.owner
+        and (not isinstance(command, AdmitRun) or first == command.attempt_id)
     )
 
 
@@ -30,7 +37,7 @@ def admit_run(aggregate: RunAggregate | None, command: AdmitRun, observed_at_ms:
     if aggregate is not None:
         # The Run id is taken: the same admission again is an exact replay, anything else a
         # conflict. Nothing is written either way.
-        if _same_identity(aggregate.run, command):
+        if _same_identity(aggregate, command):
             return Replayed(Code.EXISTING)
         return Rejected(Code.RUN_ID_CONFLICT)
     policy_def = command.provider_policy
@@ -95,7 +102,7 @@ def admit_run(aggregate: RunAggregate | None, command: AdmitRun, observed_at_ms:
 def create_run(aggregate: RunAggregate | None, command: CreateRun, observed_at_ms: int) -> Outcome:
     """The first phase of a two-phase admission: a `created` Run, no Attempt (B-07)."""
     if aggregate is not None:
-        if _same_identity(aggregate.run, command) and aggregate.run.status is RunStatus.CREATED:
+        if _same_identity(aggregate, command) and aggregate.run.status is RunStatus.CREATED:
             return Replayed(Code.EXISTING)
         return Rejected(Code.RUN_ID_CONFLICT)
     run = Run(
