@@ -488,6 +488,7 @@ def _check_evidence(evidence: object, field: str = "evidence") -> None:
         _enum(evidence.outcome, CompletionOutcome, f"{field}.outcome")
         _int(evidence.callback_sequence, f"{field}.callback_sequence")
         _opt_int(evidence.exit_code, f"{field}.exit_code", minimum=-(2**31))
+        _opt_int(evidence.started_at_ms, f"{field}.started_at_ms")
     elif isinstance(evidence, UnknownEvidence):
         _enum(evidence.reason, UnknownReason, f"{field}.reason")
     elif not isinstance(evidence, LiveEvidence | NotRunningEvidence):

@@ -19,6 +19,9 @@ class CompletedEvidence:
     outcome: CompletionOutcome
     callback_sequence: int
     exit_code: int | None = None
+    # The receipt's start time (the handle fact); it must equal a recorded start time and is
+    # recorded from it for an Attempt still `starting` (as L3).
+    started_at_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from kernel.transitions.run_cancellation import has_no_live_execution
 from kernel.transitions.run_lost_retry import is_lost_retry_eligible
 from kernel.transitions.run_recovery import (
     is_local_startup_candidate,
+    is_orphaned_created,
     is_runtime_recovery_candidate,
 )
 
@@ -124,10 +125,13 @@ def lease_expiry_candidates(
     limit: int,
     after: tuple[int, str] | None = None,
 ) -> Page[tuple[int, str]]:
-    """§3.16 / ADR-0021 §5.4: `leased` leases with `expires_at_ms <= observed_at_ms`, keyset
-    `(expires_at_ms, attempt_id)`, the order of index `(status, expires_at_ms, attempt_id)`."""
+    """§3.16 / ADR-0021 §5.4: `leased` leases of runtime Runs with
+    `expires_at_ms <= observed_at_ms`, keyset `(expires_at_ms, attempt_id)`, the order of index
+    `(status, expires_at_ms, attempt_id)`."""
     rows: list[Candidate[tuple[int, str]]] = []
     for agg in aggregates:
+        if agg.run.owner is not RunOwner.RUNTIME:
+            continue  # §3.16: runtime-owned Runs only
         for lease in agg.leases:
             if lease.status is LeaseStatus.LEASED and lease.expires_at_ms <= observed_at_ms:
                 key = (lease.expires_at_ms, lease.attempt_id)
@@ -184,11 +188,7 @@ def orphaned_created_candidates(
 
     def select(agg: RunAggregate) -> Candidate[tuple[int, str]] | None:
         run = agg.run
-        if (
-            run.status is RunStatus.CREATED
-            and run.owner is RunOwner.RUNTIME
-            and run.created_at_ms < process_started_at_ms
-        ):
+        if is_orphaned_created(agg, process_started_at_ms):
             return Candidate(run.run_id, None, (run.created_at_ms, run.run_id))
         return None
 

@@ -16,6 +16,7 @@ class Code(enum.StrEnum):
     LEASE_EXPIRED = "LEASE_EXPIRED"
     RUN_ORPHANED_CREATED = "RUN_ORPHANED_CREATED"
     WORKFLOW_TASK_ATTEMPT_LOST = "WORKFLOW_TASK_ATTEMPT_LOST"
+    EXECUTION_FAILED = "EXECUTION_FAILED"  # a completion with outcome `failed` (§1.2)
     # -- lost retry failure codes (taken from the records) ---------------------------------
     RUN_LOST_RETRY_DISABLED = "RUN_LOST_RETRY_DISABLED"
     RUN_LOST_RETRY_UNSAFE = "RUN_LOST_RETRY_UNSAFE"

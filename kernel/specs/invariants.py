@@ -101,6 +101,8 @@ def i2_status_compatibility(agg: RunAggregate) -> list[Violation]:
             return bad("retry_wait run without policy next_attempt_at_ms")
     elif a.status not in FINAL_ATTEMPT_STATUSES:
         return bad(f"terminal run {status} with attempt {a.status}")
+    if status is RunStatus.FAILED and run.error_code is None:
+        return bad("failed run without error_code")  # §1.2
     return out
 
 

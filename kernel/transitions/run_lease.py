@@ -358,17 +358,25 @@ def complete_with_lease(
         status=LeaseStatus.COMPLETED,
         completed_at_ms=observed_at_ms,
     )
+    error = outcome_error_code(outcome)
     tx.set_attempt(
         attempt.attempt_id,
         status=AttemptStatus(outcome),
         callback_sequence=command.callback_sequence,
         exit_code=command.exit_code,
         finished_at_ms=observed_at_ms,
+        error_code=error,
     )
-    tx.set_run(status=RunStatus(outcome), finished_at_ms=observed_at_ms)
+    tx.set_run(status=RunStatus(outcome), finished_at_ms=observed_at_ms, error_code=error)
     tx.event(f"run.{outcome}", Actor.WORKER)
     tx.event(f"attempt.{outcome}", Actor.WORKER, attempt.attempt_id)
     return tx.commit(Code.COMPLETED)
+
+
+def outcome_error_code(outcome: str) -> str | None:
+    """§1.2: a `failed` Run carries a stable `error_code`; a completion that reports `failed`
+    records `EXECUTION_FAILED` on the Run and the Attempt (docs/decisions.md)."""
+    return Code.EXECUTION_FAILED.value if outcome == "failed" else None
 
 
 def release_current_lease(tx: Tx, attempt: Attempt, reason: ReleaseReason) -> None:

@@ -17,6 +17,7 @@ from kernel.specs.states import (
     RunOwner,
     RunStatus,
 )
+from kernel.transitions.run_lease import outcome_error_code
 from kernel.transitions.transaction import Tx
 
 
@@ -143,6 +144,7 @@ def complete_local(
     if observed_at_ms < agg.run.updated_at_ms:
         return Rejected(Code.CLOCK_REGRESSION)
     outcome = receipt.outcome.value
+    error = outcome_error_code(outcome)
     tx = Tx.begin(agg, command.name, observed_at_ms)
     tx.set_attempt(
         attempt.attempt_id,
@@ -150,10 +152,12 @@ def complete_local(
         exit_code=receipt.exit_code,
         finished_at_ms=observed_at_ms,
         started_at_ms=receipt.started_at_ms,
+        error_code=error,
     )
     run_changes: dict[str, object] = {
         "status": RunStatus(outcome),
         "finished_at_ms": observed_at_ms,
+        "error_code": error,
     }
     if agg.run.started_at_ms is None:
         run_changes["started_at_ms"] = receipt.started_at_ms

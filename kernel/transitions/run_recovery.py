@@ -29,7 +29,12 @@ from kernel.specs.states import (
     RunOwner,
     RunStatus,
 )
-from kernel.transitions.run_lease import mark_lost, release_current_lease, requeue_expired_claim
+from kernel.transitions.run_lease import (
+    mark_lost,
+    outcome_error_code,
+    release_current_lease,
+    requeue_expired_claim,
+)
 from kernel.transitions.transaction import Tx
 
 _STARTED = (AttemptStatus.STARTING, AttemptStatus.RUNNING)
@@ -46,6 +51,18 @@ def is_local_startup_candidate(aggregate: RunAggregate) -> bool:
         and latest is not None
         and latest.is_local
         and latest.status in _STARTED
+    )
+
+
+def is_orphaned_created(aggregate: RunAggregate, process_started_at_ms: int) -> bool:
+    """§2.2 (B-30): an ordinary runtime `created` Run from before this process started. Workflow
+    Runs are never selected by ordinary startup recovery (REC-07)."""
+    run = aggregate.run
+    return (
+        run.status is RunStatus.CREATED
+        and run.owner is RunOwner.RUNTIME
+        and run.kind is RunKind.ORDINARY
+        and run.created_at_ms < process_started_at_ms
     )
 
 
@@ -97,18 +114,34 @@ def resolve_started(
         if attempt.is_local
         else evidence.callback_sequence > attempt.callback_sequence
     )
+    started = evidence.started_at_ms
+    if attempt.started_at_ms is not None and started is not None:
+        sequence_ok = sequence_ok and started == attempt.started_at_ms
+    if started is not None and started < attempt.created_at_ms:
+        sequence_ok = False
     if not sequence_ok:
         return Rejected(Code.RECEIPT_CONFLICT)
     outcome = evidence.outcome.value
     release_current_lease(tx, attempt, ReleaseReason.LEASE_EXPIRED)
+    # As L3 from `starting`: the receipt's start time is the handle fact (§4.7).
+    started_at = attempt.started_at_ms if attempt.started_at_ms is not None else started
+    error = outcome_error_code(outcome)
     tx.set_attempt(
         attempt.attempt_id,
         status=AttemptStatus(outcome),
         callback_sequence=evidence.callback_sequence,
         exit_code=evidence.exit_code,
         finished_at_ms=now,
+        started_at_ms=started_at,
+        error_code=error,
     )
-    tx.set_run(status=RunStatus(outcome), finished_at_ms=now)
+    run_started = aggregate.run.started_at_ms
+    tx.set_run(
+        status=RunStatus(outcome),
+        finished_at_ms=now,
+        started_at_ms=run_started if run_started is not None else started_at,
+        error_code=error,
+    )
     tx.event(f"run.{outcome}", Actor.RECONCILER)
     tx.event(f"attempt.{outcome}", Actor.RECONCILER, attempt.attempt_id)
     return tx.commit(Code.COMPLETED)
@@ -141,11 +174,7 @@ def fail_orphaned_created(
     if aggregate is None or aggregate.run.run_id != command.run_id:
         return Raced(Code.NOT_ELIGIBLE)
     run = aggregate.run
-    if (
-        run.status is not RunStatus.CREATED
-        or run.owner is not RunOwner.RUNTIME
-        or run.created_at_ms >= command.process_started_at_ms
-    ):
+    if not is_orphaned_created(aggregate, command.process_started_at_ms):
         return Raced(Code.NOT_ELIGIBLE)
     if observed_at_ms < run.updated_at_ms:
         return Rejected(Code.CLOCK_REGRESSION)

@@ -509,6 +509,9 @@ def test_t6_completion_takes_the_outcome(status: AttemptStatus, outcome: Complet
     run, attempt, lease = out.aggregate.run, out.aggregate.attempts[0], only_lease(out.aggregate)
     assert run.status is RunStatus(outcome.value)
     assert (run.finished_at_ms, run.version) == (now, before.run.version + 1)
+    # §1.2: a failed Run carries a stable error code (docs/decisions.md R-19).
+    error = "EXECUTION_FAILED" if outcome is CompletionOutcome.FAILED else None
+    assert run.error_code == error
     assert attempt == dataclasses.replace(
         attempt0,
         status=AttemptStatus(outcome.value),
@@ -516,6 +519,7 @@ def test_t6_completion_takes_the_outcome(status: AttemptStatus, outcome: Complet
         exit_code=exit_code,
         finished_at_ms=now,
         lease_version=lease0.version + 1,
+        error_code=error,
     )
     assert lease == dataclasses.replace(
         lease0,
