@@ -1,0 +1,85 @@
+"""The conformance adapter port (SPEC §7) and the reference adapter over the oracle.
+
+A runner joins the suite through `ConformanceAdapter`: apply a command at an observation time,
+optionally with a fault; `project()` the canonical state through a backdoor reader; `reopen()`;
+and declare `capabilities`. `run_step` gives every fault the same meaning for every store that
+implements the storage port, so only the store differs between adapters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from conformance.faults import Fault, FaultKind, FaultyStorage, InjectedCrash, InjectedIOError
+from conformance.projection import Projection
+from conformance.reference import ReferenceStore
+from kernel import Command
+from runners.engine import Storage, execute
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What the caller saw: an outcome kind and code, or `crashed` / `error` / `reopened`."""
+
+    kind: str
+    code: str | None
+
+
+class ConformanceAdapter(Protocol):
+    name: str
+    capabilities: frozenset[str]
+
+    def apply(
+        self, command: Command | None, observed_at_ms: int, fault: Fault | None
+    ) -> StepResult: ...
+
+    def project(self) -> Projection: ...
+
+    def reopen(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def run_step(
+    storage: Storage, command: Command | None, observed_at_ms: int, fault: Fault | None
+) -> StepResult:
+    """Apply one trace step to a store through the engine, with its fault."""
+    if fault is not None and fault.kind is FaultKind.REOPEN:
+        return StepResult("reopened", None)
+    assert command is not None
+    target = FaultyStorage(storage, fault)
+    try:
+        outcome = execute(target, command, observed_at_ms)
+        if fault is not None and fault.kind is FaultKind.DUPLICATE_DELIVERY:
+            outcome = execute(storage, command, observed_at_ms)
+    except InjectedCrash:
+        return StepResult("crashed", None)
+    except InjectedIOError:
+        return StepResult("error", None)
+    return StepResult(outcome.kind.value, outcome.code.value)
+
+
+class ReferenceAdapter:
+    """The oracle behind the adapter port. `reopen` keeps the committed state, as a database
+    file survives a process restart."""
+
+    name = "reference"
+    capabilities = frozenset({"run", "cluster_recovery", "local_recovery", "faults"})
+
+    def __init__(self) -> None:
+        self.store = ReferenceStore()
+
+    def apply(
+        self, command: Command | None, observed_at_ms: int, fault: Fault | None
+    ) -> StepResult:
+        return run_step(self.store, command, observed_at_ms, fault)
+
+    def project(self) -> Projection:
+        return self.store.project()
+
+    def reopen(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,93 @@
+"""Replay traces against any adapter and report the first divergence (SPEC §7)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from conformance.adapter import ConformanceAdapter
+from conformance.faults import FaultKind
+from conformance.projection import diff
+from conformance.trace import Step, Trace, decode_trace_command
+from kernel import Command
+from kernel.outcomes import Rejected
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    trace: str
+    step: int
+    command: str
+    expected: tuple[str, str | None]
+    actual: tuple[str, str | None]
+    projection_diff: tuple[str, ...]
+
+    def render(self) -> str:
+        lines = [
+            f"{self.trace}: step {self.step} ({self.command}) diverged",
+            f"  expected outcome {self.expected[0]} {self.expected[1] or ''}".rstrip(),
+            f"  actual outcome   {self.actual[0]} {self.actual[1] or ''}".rstrip(),
+        ]
+        lines += [f"  {line}" for line in self.projection_diff[:40]]
+        return "\n".join(lines)
+
+
+@dataclass
+class TraceResult:
+    name: str
+    steps: int = 0
+    faults: int = 0
+    divergence: Divergence | None = None
+    missing_capabilities: tuple[str, ...] = ()
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if self.missing_capabilities:
+            return "not_applicable"
+        return "diverged" if self.divergence is not None else "passed"
+
+
+def replay(trace: Trace, make_adapter: Callable[[], ConformanceAdapter]) -> TraceResult:
+    """Replay `trace` on a fresh adapter, comparing outcome kind, code and the full projection
+    after every step. A trace needing a capability the adapter lacks is `not_applicable`."""
+    result = TraceResult(trace.header.name)
+    adapter = make_adapter()
+    try:
+        missing = tuple(c for c in trace.header.capabilities if c not in adapter.capabilities)
+        if missing:
+            result.missing_capabilities = missing
+            return result
+        for step in trace.steps:
+            actual = _apply(adapter, step)
+            if step.fault is not None:
+                result.faults += 1
+            changes = diff(step.expect.projection, adapter.project())
+            if (step.expect.kind, step.expect.code) != actual or changes:
+                result.divergence = Divergence(
+                    trace=trace.header.name,
+                    step=step.step,
+                    command=step.command.name if step.command is not None else "reopen",
+                    expected=(step.expect.kind, step.expect.code),
+                    actual=actual,
+                    projection_diff=tuple(changes),
+                )
+                return result
+            result.steps += 1
+        return result
+    finally:
+        adapter.close()
+
+
+def _apply(adapter: ConformanceAdapter, step: Step) -> tuple[str, str | None]:
+    command: Command | None = None
+    if step.command is not None:
+        decoded = decode_trace_command(step.command)
+        if isinstance(decoded, Rejected):
+            # Refused by strict decoding (A-1): it never reaches the store.
+            return decoded.kind.value, decoded.code.value
+        command = decoded
+    if step.fault is not None and step.fault.kind is FaultKind.REOPEN:
+        adapter.reopen()
+    outcome = adapter.apply(command, step.observed_at_ms, step.fault)
+    return outcome.kind, outcome.code
