@@ -36,10 +36,18 @@ class TraceFormatError(ValueError):
         self.field = field
 
 
+# Names of the tokens derived by `trace_token` in this process, by digest: the inverse that lets
+# a recorder write `{"token": name}` for a Secret. Trace tokens are test capabilities derived
+# from public names; nothing else is ever registered here.
+_TRACE_TOKEN_NAMES: dict[str, str] = {}
+
+
 def trace_token(name: str) -> Secret:
     """The capability a trace calls `name`: 64 hex characters (256 bits) derived from it."""
     digest = hashlib.sha256(b"ql3-trace-token-v1\0" + name.encode("utf-8")).hexdigest()
-    return Secret.of(digest, "token")
+    secret = Secret.of(digest, "token")
+    _TRACE_TOKEN_NAMES[secret.digest()] = name
+    return secret
 
 
 def projection_digest(projection: Projection) -> str:
@@ -96,20 +104,15 @@ class Trace:
 
 
 class TokenNames:
-    """Maps the Secrets a model created with `trace_token(name)` back to their names."""
-
-    def __init__(self) -> None:
-        self._names: dict[str, str] = {}
+    """Maps Secrets made with `trace_token(name)` back to their names for encoding."""
 
     def token(self, name: str) -> Secret:
-        secret = trace_token(name)
-        self._names[secret.digest()] = name
-        return secret
+        return trace_token(name)
 
     def name_of(self, secret: Secret) -> dict[str, str]:
-        name = self._names.get(secret.digest())
+        name = _TRACE_TOKEN_NAMES.get(secret.digest())
         if name is None:
-            raise ValueError("a Secret that was not made by this TokenNames cannot be traced")
+            raise ValueError("only tokens made by trace_token(name) can be written to a trace")
         return {"token": name}
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
+from conformance.trace import trace_token
 from kernel import (
     AcknowledgeRunning,
     AcknowledgeStarting,
@@ -70,8 +71,9 @@ TIME_STEPS = (0, 1, 1, 7, 7, 7, 100, 100, 1_000, 1_000, 1_000, 5_000, 31_000, 12
 
 
 def lease_token(attempt_id: str, generation: int) -> Secret:
-    """Deterministic test capability; only its digest is ever stored."""
-    return Secret.of(f"lease_{attempt_id}_{generation}".ljust(40, "x"), "lease_token")
+    """Deterministic test capability (a trace token, so simulated runs can be written as
+    traces); only its digest is ever stored."""
+    return trace_token(f"lease-{attempt_id}-{generation}")
 
 
 def callback_token(attempt_id: str) -> str:
@@ -254,7 +256,7 @@ def _mutate_fence(data: st.DataObject, fence: Fence) -> Fence:
     if which == "lease_gen":
         return dataclasses.replace(fence, lease_generation=max(1, fence.lease_generation - 1))
     if which == "token":
-        return dataclasses.replace(fence, lease_token=Secret.of("z" * 40, "lease_token"))
+        return dataclasses.replace(fence, lease_token=trace_token("foreign-token"))
     return fence
 
 
