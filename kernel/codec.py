@@ -94,6 +94,12 @@ def decode_command(
     return value
 
 
+def decode_provider_policy(data: Mapping[str, object]) -> PolicyDefinition:
+    """Decode the admission provider's policy (A-2) strictly, like a command."""
+    value = _decode_dataclass(PolicyDefinition, data, "provider_policy.", _raw_secret)
+    return typing.cast(PolicyDefinition, value)
+
+
 def _decode_dataclass(cls: type, data: object, prefix: str, decode_secret: SecretDecoder) -> object:
     if not isinstance(data, Mapping):
         raise CommandError(prefix.rstrip(".") or cls.__name__, "must be an object")
@@ -196,4 +202,4 @@ def _encode(value: object, encode_secret: SecretEncoder) -> object:
     return value
 
 
-__all__ = ["POLICY_MEMBERS", "decode_command", "encode_command"]
+__all__ = ["POLICY_MEMBERS", "decode_command", "decode_provider_policy", "encode_command"]
