@@ -28,6 +28,25 @@ def _same_identity(existing: RunAggregate, command: AdmitRun | CreateRun) -> boo
     )
 
 
+def _new_run(command: AdmitRun | CreateRun, status: RunStatus, now: int) -> Run:
+    """The Run row an admission writes: version 1, no Events yet (the transaction appends them)."""
+    return Run(
+        run_id=command.run_id,
+        project_id=command.project_id,
+        task_id=command.task_id,
+        task_revision=command.task_revision,
+        executor_type=command.executor_type,
+        kind=command.kind,
+        owner=command.owner,
+        status=status,
+        version=1,
+        event_seq=0,
+        created_at_ms=now,
+        updated_at_ms=now,
+        queued_at_ms=now if status is RunStatus.QUEUED else None,
+    )
+
+
 @transition
 def admit_run(aggregate: RunAggregate | None, command: AdmitRun, observed_at_ms: int) -> Outcome:
     """A-2..A-5: validate the provider's policy before anything is written, then write Run
@@ -53,21 +72,7 @@ def admit_run(aggregate: RunAggregate | None, command: AdmitRun, observed_at_ms:
         ):
             return Rejected(Code.RUN_RETRY_POLICY_UNSAFE)  # A-4, B-15: nothing is written
     now = observed_at_ms
-    run = Run(
-        run_id=command.run_id,
-        project_id=command.project_id,
-        task_id=command.task_id,
-        task_revision=command.task_revision,
-        executor_type=command.executor_type,
-        kind=command.kind,
-        owner=command.owner,
-        status=RunStatus.QUEUED,
-        version=1,
-        event_seq=0,
-        created_at_ms=now,
-        updated_at_ms=now,
-        queued_at_ms=now,
-    )
+    run = _new_run(command, RunStatus.QUEUED, now)
     tx = Tx.create(run, command.name, now)
     tx.insert_attempt(
         Attempt(
@@ -105,20 +110,7 @@ def create_run(aggregate: RunAggregate | None, command: CreateRun, observed_at_m
         if _same_identity(aggregate, command) and aggregate.run.status is RunStatus.CREATED:
             return Replayed(Code.EXISTING)
         return Rejected(Code.RUN_ID_CONFLICT)
-    run = Run(
-        run_id=command.run_id,
-        project_id=command.project_id,
-        task_id=command.task_id,
-        task_revision=command.task_revision,
-        executor_type=command.executor_type,
-        kind=command.kind,
-        owner=command.owner,
-        status=RunStatus.CREATED,
-        version=1,
-        event_seq=0,
-        created_at_ms=observed_at_ms,
-        updated_at_ms=observed_at_ms,
-    )
+    run = _new_run(command, RunStatus.CREATED, observed_at_ms)
     tx = Tx.create(run, command.name, observed_at_ms)
     tx.event("run.created", Actor.TRIGGER)
     return tx.commit(Code.ADMITTED)
