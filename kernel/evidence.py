@@ -94,17 +94,32 @@ def collect_evidence(
     `running` inspections are `live`; `not_running` re-reads the receipt once (B-29: the caller's
     `read_receipt` applies the publish grace) and a receipt found then wins.
 
-    The kernel performs no I/O: the two callables are the caller's ports."""
-    first_read = _from_receipt(read_receipt())
+    The kernel performs no I/O: the two callables are the caller's ports. A port that raises
+    fails closed as `unknown(receipt_read_failed)` or `unknown(probe_failed)`, never as a fact."""
+    first_read = _from_receipt(_read(read_receipt))
     if first_read is not None:
         return first_read
-    first = inspect()
+    first = _inspect(inspect)
     if first is Inspection.RUNNING:
-        second = inspect()
+        second = _inspect(inspect)
         if second is Inspection.RUNNING:
             return LiveEvidence()
         return UnknownEvidence(UnknownReason.INCONSISTENT_INSPECTIONS)
     if first is Inspection.NOT_RUNNING:
-        late = _from_receipt(read_receipt())
+        late = _from_receipt(_read(read_receipt))
         return late if late is not None else NotRunningEvidence()
     return UnknownEvidence(UnknownReason(first.value))
+
+
+def _read(read_receipt: Callable[[], ReceiptRead]) -> ReceiptRead:
+    try:
+        return read_receipt()
+    except Exception:  # any port failure is an unreadable receipt (fail closed, §2.1)
+        return ReceiptRead(ReceiptState.READ_FAILED)
+
+
+def _inspect(inspect: Callable[[], Inspection]) -> Inspection:
+    try:
+        return inspect()
+    except Exception:  # any probe failure is `probe_failed`, never `not_running`
+        return Inspection.PROBE_FAILED
