@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import doctest
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import kernel
 from kernel import Applied, Code, Rejected
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,3 +34,10 @@ def test_example_script_drives_a_run_to_success() -> None:
     )
     assert "done: run run-1 is succeeded; invariants hold" in done.stdout
     assert "replayed (already_terminal)" in done.stdout
+
+
+def test_package_docstring_example_runs() -> None:
+    """The example in `kernel/__init__.py`'s docstring is a doctest that passes."""
+    failed, attempted = doctest.testmod(kernel, verbose=False)
+    assert attempted >= 3
+    assert failed == 0
