@@ -22,6 +22,7 @@ from kernel import (
     RunAggregate,
     apply_effects,
 )
+from kernel.selection import Page, lost_retry_candidates
 from runners.engine import StaleWrite
 
 
@@ -85,6 +86,12 @@ class ReferenceStore:
 
     def events(self, run_id: str) -> list[Event]:
         return list(self._state.events.get(run_id, ()))
+
+    def lost_retry_candidates(
+        self, observed_at_ms: int, limit: int
+    ) -> Page[tuple[int, int, int, str]]:
+        """The source a runner answers with one SQL query; here the kernel's oracle itself."""
+        return lost_retry_candidates(self._state.aggregates.values(), observed_at_ms, limit)
 
     def project(self) -> Projection:
         return project(self._state.aggregates.values(), self._state.events)

@@ -1,0 +1,66 @@
+"""Pass-level operations shared by every store: one bounded page of a source, then one short
+transaction per candidate through the engine (SPEC §1.8.2, P-rules). No domain rule lives here:
+selection order and eligibility are the store's query (checked against `kernel.selection`), the
+decision is the kernel's, the counts are `kernel.lost_retry_page.tally`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from kernel import LostRetryStep, Outcome
+from kernel.lost_retry_page import CANDIDATE_ERROR, CandidateError, LostRetryPageResult, tally
+from kernel.selection import Page, check_limit
+from kernel.specs.codes import Code
+from runners.engine import Storage, execute
+
+
+class LostRetrySource(Protocol):
+    def lost_retry_candidates(
+        self, observed_at_ms: int, limit: int
+    ) -> Page[tuple[int, int, int, str]]:
+        """One bounded query (`limit + 1` rows) in §1.8.2 order, eligible at the time (P-6)."""
+        ...
+
+
+class LostRetryUnavailable(Exception):
+    """Cluster: a candidate failed, so the page stopped closed and the cycle must stop
+    (RETRY-17, O-5). Carries the stable code and the counts so far, never exception text."""
+
+    code = Code.LOST_RETRY_UNAVAILABLE
+
+    def __init__(self, partial: LostRetryPageResult) -> None:
+        super().__init__(f"{self.code}: page stopped after {partial.scanned} candidates")
+        self.partial = partial
+
+
+def lost_retry_page(
+    storage: Storage,
+    source: LostRetrySource,
+    observed_at_ms: int,
+    limit: int,
+    new_attempt_id: Callable[[str], str],
+    *,
+    fail_closed: bool,
+) -> LostRetryPageResult:
+    """Run one lost-retry page with one observation time (P-5). Local (`fail_closed=False`): a
+    failing candidate is left unchanged, counted `errored`, and the page goes on. Cluster
+    (`fail_closed=True`): the first failure stops the page before later candidates are touched
+    (RETRY-17). `new_attempt_id(run_id)` supplies the id a requeue would use (ids are inputs)."""
+    check_limit(limit)
+    page = source.lost_retry_candidates(observed_at_ms, limit)
+    outcomes: list[Outcome | CandidateError] = []
+    for candidate in page.items:
+        command = LostRetryStep(
+            run_id=candidate.run_id, new_attempt_id=new_attempt_id(candidate.run_id)
+        )
+        try:
+            outcomes.append(execute(storage, command, observed_at_ms))
+        except Exception:  # storage, lock or persistence failure of this candidate
+            if fail_closed:
+                raise LostRetryUnavailable(
+                    tally(outcomes, limit=limit, has_more=page.has_more)
+                ) from None
+            outcomes.append(CANDIDATE_ERROR)
+    return tally(outcomes, limit=limit, has_more=page.has_more)
