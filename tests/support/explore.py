@@ -51,7 +51,6 @@ from kernel import (
     StopResult,
     UnknownEvidence,
     UnknownReason,
-    WorkerSession,
     WorkerSessionStatus,
     apply,
     token_digest,
@@ -63,24 +62,11 @@ from tests.support.sim import (
     START_MS,
     callback_token,
     lease_token,
+    worker_session,
 )
 
-WORKER = WorkerSession(
-    worker_id="w1",
-    session_id="w1-s1",
-    generation=1,
-    status=WorkerSessionStatus.ONLINE,
-    session_expires_at_ms=START_MS + 10**9,
-    executor_types=(EXECUTOR,),
-)
-OFFLINE = WorkerSession(
-    worker_id="w1",
-    session_id="w1-s1",
-    generation=1,
-    status=WorkerSessionStatus.OFFLINE,
-    session_expires_at_ms=START_MS + 10**9,
-    executor_types=(EXECUTOR,),
-)
+WORKER = worker_session("w1")
+OFFLINE = worker_session("w1", WorkerSessionStatus.OFFLINE)
 # Clock steps: within a lease, and past its 30 s duration.
 STEPS = (1, 31_000)
 

@@ -95,6 +95,20 @@ def policies() -> st.SearchStrategy[PolicyDefinition | None]:
     )
 
 
+def worker_session(
+    worker_id: str, status: WorkerSessionStatus = WorkerSessionStatus.ONLINE
+) -> WorkerSession:
+    """A Worker's first session as the control plane sees it."""
+    return WorkerSession(
+        worker_id=worker_id,
+        session_id=f"{worker_id}-s1",
+        generation=1,
+        status=status,
+        session_expires_at_ms=START_MS + 10**9,
+        executor_types=(EXECUTOR,),
+    )
+
+
 def safe_policies() -> st.SearchStrategy[PolicyDefinition]:
     """Valid, enabled, safe policies: the ones that make lost retry schedule and requeue."""
     return st.builds(
@@ -134,14 +148,7 @@ class Sim:
 
     def __post_init__(self) -> None:
         for worker_id in WORKER_IDS:
-            self.sessions[worker_id] = WorkerSession(
-                worker_id=worker_id,
-                session_id=f"{worker_id}-s1",
-                generation=1,
-                status=WorkerSessionStatus.ONLINE,
-                session_expires_at_ms=START_MS + 10**9,
-                executor_types=(EXECUTOR,),
-            )
+            self.sessions[worker_id] = worker_session(worker_id)
 
     def step(self, command: Command, now: int | None = None) -> Outcome:
         at = self.now if now is None else now
