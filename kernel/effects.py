@@ -90,18 +90,6 @@ Effect = (
     | AppendEvent
 )
 
-EFFECT_TYPES: tuple[type, ...] = (
-    InsertRun,
-    UpdateRun,
-    InsertAttempt,
-    UpdateAttempt,
-    InsertPolicy,
-    UpdatePolicy,
-    InsertLease,
-    UpdateLease,
-    AppendEvent,
-)
-
 
 class EffectConflict(Exception):
     """An effect's guard did not hold against the state it was applied to (a runner reports

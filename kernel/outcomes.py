@@ -48,4 +48,3 @@ class Raced:
 
 
 Outcome = Applied | Replayed | Rejected | Raced
-NoWrite = Replayed | Rejected | Raced
