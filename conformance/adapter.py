@@ -1,7 +1,8 @@
 """The conformance adapter port (SPEC §7) and the reference adapter over the oracle.
 
 A runner joins the suite through `ConformanceAdapter`: apply a command at an observation time,
-optionally with a fault; `project()` the canonical state through a backdoor reader; `reopen()`;
+optionally with a fault; answer a page step (a source query or a lost-retry page,
+`conformance.pages`); `project()` the canonical state through a backdoor reader; `reopen()`;
 and declare `capabilities`. `run_step` gives every fault the same meaning for every store that
 implements the storage port, so only the store differs between adapters.
 """
@@ -9,9 +10,10 @@ implements the storage port, so only the store differs between adapters.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from conformance.faults import Fault, FaultKind, FaultyStorage, InjectedCrash, InjectedIOError
+from conformance.pages import PageRequest, run_page
 from conformance.projection import Projection
 from conformance.reference import ReferenceStore
 from kernel import Command
@@ -20,10 +22,12 @@ from runners.engine import Storage, execute
 
 @dataclass(frozen=True, slots=True)
 class StepResult:
-    """What the caller saw: an outcome kind and code, or `crashed` / `error` / `reopened`."""
+    """What the caller saw: an outcome kind and code, or `crashed` / `error` / `reopened`; for
+    a page step, kind `page` (or `error` for a page stopped closed) and the page itself."""
 
     kind: str
     code: str | None
+    page: dict[str, Any] | None = None
 
 
 class ConformanceAdapter(Protocol):
@@ -32,6 +36,10 @@ class ConformanceAdapter(Protocol):
 
     def apply(
         self, command: Command | None, observed_at_ms: int, fault: Fault | None
+    ) -> StepResult: ...
+
+    def page(
+        self, request: PageRequest, observed_at_ms: int, fault: Fault | None
     ) -> StepResult: ...
 
     def project(self) -> Projection: ...
@@ -65,7 +73,17 @@ class ReferenceAdapter:
     file survives a process restart."""
 
     name = "reference"
-    capabilities = frozenset({"run", "cluster_recovery", "local_recovery", "faults"})
+    capabilities = frozenset(
+        {
+            "run",
+            "faults",
+            "sources",
+            "cluster_recovery",
+            "local_recovery",
+            "lost_retry_local",
+            "lost_retry_cluster",
+        }
+    )
 
     def __init__(self) -> None:
         self.store = ReferenceStore()
@@ -74,6 +92,10 @@ class ReferenceAdapter:
         self, command: Command | None, observed_at_ms: int, fault: Fault | None
     ) -> StepResult:
         return run_step(self.store, command, observed_at_ms, fault)
+
+    def page(self, request: PageRequest, observed_at_ms: int, fault: Fault | None) -> StepResult:
+        result = run_page(self.store, self.store, request, observed_at_ms, fault)
+        return StepResult(result.kind, result.code, result.page)
 
     def project(self) -> Projection:
         return self.store.project()

@@ -32,6 +32,7 @@ class Fault:
     kind: FaultKind
     at_effect: int | None = None  # io_error: 1-based index of the failing effect
     skew_ms: int | None = None  # clock_skew: how far the step's clock was moved
+    at_candidate: int | None = None  # io_error on a `pass` step: 1-based candidate that fails
 
 
 class InjectedCrash(Exception):

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from conformance.adapter import ReferenceAdapter, StepResult
 from conformance.faults import Fault
+from conformance.pages import PageRequest
 from conformance.trace import (
     Expectation,
     Step,
     TokenNames,
     Trace,
+    TraceCommand,
     TraceHeader,
+    decode_trace_command,
     encode_trace_command,
     projection_digest,
 )
 from kernel import Command
+from kernel.outcomes import Rejected
 
 
 class Recorder:
@@ -25,6 +31,7 @@ class Recorder:
         self.names = names if names is not None else TokenNames()
         self.adapter = ReferenceAdapter()
         self.steps: list[Step] = []
+        self.capabilities: set[str] = set(header.capabilities)
 
     def step(
         self, command: Command | None, observed_at_ms: int, fault: Fault | None = None
@@ -44,5 +51,55 @@ class Recorder:
         )
         return result
 
+    def raw(
+        self, command: TraceCommand, observed_at_ms: int, fault: Fault | None = None
+    ) -> StepResult:
+        """A step given as the trace carries it, e.g. a command that strict decoding refuses
+        (A-1: a Run command with a retry policy never reaches the store)."""
+        decoded = decode_trace_command(command)
+        if not isinstance(decoded, Rejected):
+            return self.step(decoded, observed_at_ms, fault)
+        projection = self.adapter.project()
+        result = StepResult(decoded.kind.value, decoded.code.value)
+        self.steps.append(
+            Step(
+                step=len(self.steps) + 1,
+                command=command,
+                observed_at_ms=observed_at_ms,
+                expect=Expectation(
+                    result.kind, result.code, projection, projection_digest(projection)
+                ),
+                fault=fault,
+            )
+        )
+        return result
+
+    def page(
+        self, request: PageRequest, observed_at_ms: int, fault: Fault | None = None
+    ) -> StepResult:
+        """A page step: a source query or a lost-retry page; the trace's header then names the
+        capability it needs (a runner without it reports the trace not applicable)."""
+        result = self.adapter.page(request, observed_at_ms, fault)
+        projection = self.adapter.project()
+        self.capabilities.add(request.capability)
+        self.steps.append(
+            Step(
+                step=len(self.steps) + 1,
+                command=None,
+                observed_at_ms=observed_at_ms,
+                expect=Expectation(
+                    result.kind,
+                    result.code,
+                    projection,
+                    projection_digest(projection),
+                    result.page,
+                ),
+                fault=fault,
+                page=request,
+            )
+        )
+        return result
+
     def trace(self) -> Trace:
-        return Trace(self.header, tuple(self.steps))
+        header = dataclasses.replace(self.header, capabilities=tuple(sorted(self.capabilities)))
+        return Trace(header, tuple(self.steps))

@@ -21,8 +21,9 @@ from kernel import (
     Event,
     RunAggregate,
     apply_effects,
+    selection,
 )
-from kernel.selection import Page, lost_retry_candidates
+from kernel.selection import Page
 from runners.engine import StaleWrite
 
 
@@ -87,11 +88,44 @@ class ReferenceStore:
     def events(self, run_id: str) -> list[Event]:
         return list(self._state.events.get(run_id, ()))
 
+    # -- the source port (runners.sources.Sources): the kernel's selection oracle itself ------
     def lost_retry_candidates(
         self, observed_at_ms: int, limit: int
     ) -> Page[tuple[int, int, int, str]]:
-        """The source a runner answers with one SQL query; here the kernel's oracle itself."""
-        return lost_retry_candidates(self._state.aggregates.values(), observed_at_ms, limit)
+        return selection.lost_retry_candidates(self._runs(), observed_at_ms, limit)
+
+    def runtime_recovery_candidates(
+        self, observed_at_ms: int, limit: int
+    ) -> Page[tuple[int, int, str]]:
+        return selection.runtime_recovery_candidates(self._runs(), observed_at_ms, limit)
+
+    def lease_expiry_candidates(
+        self, observed_at_ms: int, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]:
+        return selection.lease_expiry_candidates(self._runs(), observed_at_ms, limit, after)
+
+    def local_startup_candidates(
+        self, limit: int, after: tuple[str] | None = None
+    ) -> Page[tuple[str]]:
+        return selection.local_startup_candidates(self._runs(), limit, after)
+
+    def orphaned_created_candidates(
+        self, process_started_at_ms: int, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]:
+        return selection.orphaned_created_candidates(
+            self._runs(), process_started_at_ms, limit, after
+        )
+
+    def cancel_convergence_candidates(self, limit: int) -> Page[tuple[int, str]]:
+        return selection.cancel_convergence_candidates(self._runs(), limit)
+
+    def local_dispatch_candidates(
+        self, local_executor_type: str, limit: int, after: tuple[int, int, str] | None = None
+    ) -> Page[tuple[int, int, str]]:
+        return selection.local_dispatch_candidates(self._runs(), local_executor_type, limit, after)
+
+    def _runs(self) -> list[RunAggregate]:
+        return list(self._state.aggregates.values())
 
     def project(self) -> Projection:
         return project(self._state.aggregates.values(), self._state.events)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from conformance.adapter import ConformanceAdapter
+from conformance.adapter import ConformanceAdapter, StepResult
 from conformance.faults import FaultKind
+from conformance.pages import LostRetryPass, SourceQuery
 from conformance.projection import diff
-from conformance.trace import Step, Trace, decode_trace_command
+from conformance.trace import Step, Trace, canonical, decode_trace_command
 from kernel import Command
 from kernel.outcomes import Rejected
 
@@ -21,6 +23,8 @@ class Divergence:
     expected: tuple[str, str | None]
     actual: tuple[str, str | None]
     projection_diff: tuple[str, ...]
+    expected_page: dict[str, Any] | None = None
+    actual_page: dict[str, Any] | None = None
 
     def render(self) -> str:
         lines = [
@@ -28,6 +32,9 @@ class Divergence:
             f"  expected outcome {self.expected[0]} {self.expected[1] or ''}".rstrip(),
             f"  actual outcome   {self.actual[0]} {self.actual[1] or ''}".rstrip(),
         ]
+        if self.expected_page != self.actual_page:
+            lines.append(f"  expected page {canonical(self.expected_page)}")
+            lines.append(f"  actual page   {canonical(self.actual_page)}")
         lines += [f"  {line}" for line in self.projection_diff[:40]]
         return "\n".join(lines)
 
@@ -63,14 +70,20 @@ def replay(trace: Trace, make_adapter: Callable[[], ConformanceAdapter]) -> Trac
             if step.fault is not None:
                 result.faults += 1
             changes = diff(step.expect.projection, adapter.project())
-            if (step.expect.kind, step.expect.code) != actual or changes:
+            if (
+                (step.expect.kind, step.expect.code) != (actual.kind, actual.code)
+                or step.expect.page != actual.page
+                or changes
+            ):
                 result.divergence = Divergence(
                     trace=trace.header.name,
                     step=step.step,
-                    command=step.command.name if step.command is not None else "reopen",
+                    command=step_label(step),
                     expected=(step.expect.kind, step.expect.code),
-                    actual=actual,
+                    actual=(actual.kind, actual.code),
                     projection_diff=tuple(changes),
+                    expected_page=step.expect.page,
+                    actual_page=actual.page,
                 )
                 return result
             result.steps += 1
@@ -79,15 +92,27 @@ def replay(trace: Trace, make_adapter: Callable[[], ConformanceAdapter]) -> Trac
         adapter.close()
 
 
-def _apply(adapter: ConformanceAdapter, step: Step) -> tuple[str, str | None]:
+def step_label(step: Step) -> str:
+    """The command name, `query <source>`, `pass lost_retry_page` or `reopen`."""
+    if step.command is not None:
+        return step.command.name
+    if isinstance(step.page, SourceQuery):
+        return f"query {step.page.source}"
+    if isinstance(step.page, LostRetryPass):
+        return "pass lost_retry_page"
+    return "reopen"
+
+
+def _apply(adapter: ConformanceAdapter, step: Step) -> StepResult:
+    if step.page is not None:
+        return adapter.page(step.page, step.observed_at_ms, step.fault)
     command: Command | None = None
     if step.command is not None:
         decoded = decode_trace_command(step.command)
         if isinstance(decoded, Rejected):
             # Refused by strict decoding (A-1): it never reaches the store.
-            return decoded.kind.value, decoded.code.value
+            return StepResult(decoded.kind.value, decoded.code.value)
         command = decoded
     if step.fault is not None and step.fault.kind is FaultKind.REOPEN:
         adapter.reopen()
-    outcome = adapter.apply(command, step.observed_at_ms, step.fault)
-    return outcome.kind, outcome.code
+    return adapter.apply(command, step.observed_at_ms, step.fault)

@@ -16,6 +16,7 @@ from typing import Any
 
 import kernel
 from conformance.faults import Fault, FaultKind
+from conformance.pages import SOURCE_PARAMS, LostRetryPass, PageRequest, SourceQuery
 from conformance.projection import Projection
 from kernel import Command, CommandError, Outcome, Secret
 from kernel.codec import decode_command, decode_provider_policy, encode_command
@@ -24,7 +25,16 @@ from kernel.outcomes import Rejected
 TRACE_VERSION = 1
 COMPONENTS = ("run", "journal", "workflow", "approved_action")
 # Expectation kinds: the four outcome kinds, plus what a faulted step delivers instead.
-EXPECT_KINDS = ("applied", "replayed", "rejected", "raced", "crashed", "error", "reopened")
+EXPECT_KINDS = (
+    "applied",
+    "replayed",
+    "rejected",
+    "raced",
+    "crashed",
+    "error",
+    "reopened",
+    "page",
+)
 
 
 class TraceFormatError(ValueError):
@@ -76,6 +86,7 @@ class Expectation:
     code: str | None
     projection: Projection
     digest: str
+    page: dict[str, Any] | None = None  # page steps: the items or the tally (conformance.pages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +102,11 @@ class TraceCommand:
 @dataclass(frozen=True, slots=True)
 class Step:
     step: int
-    command: TraceCommand | None  # None only for `reopen`
+    command: TraceCommand | None  # None for `reopen` and for page steps
     observed_at_ms: int
     expect: Expectation
     fault: Fault | None = None
+    page: PageRequest | None = None  # a `query` or `pass` step
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,12 +201,32 @@ def _step_json(step: Step) -> dict[str, Any]:
             "digest": step.expect.digest,
         },
     }
+    if step.expect.page is not None:
+        out["expect"]["page"] = step.expect.page
+    if isinstance(step.page, SourceQuery):
+        query: dict[str, Any] = {"source": step.page.source, "limit": step.page.limit}
+        if "after" in SOURCE_PARAMS[step.page.source]:
+            query["after"] = None if step.page.after is None else list(step.page.after)
+        if step.page.process_started_at_ms is not None:
+            query["process_started_at_ms"] = step.page.process_started_at_ms
+        if step.page.local_executor_type is not None:
+            query["local_executor_type"] = step.page.local_executor_type
+        out["query"] = query
+    elif isinstance(step.page, LostRetryPass):
+        out["pass"] = {
+            "name": "lost_retry_page",
+            "limit": step.page.limit,
+            "fail_closed": step.page.fail_closed,
+            "attempt_suffix": step.page.attempt_suffix,
+        }
     if step.fault is not None:
         fault: dict[str, Any] = {"kind": step.fault.kind.value}
         if step.fault.at_effect is not None:
             fault["at_effect"] = step.fault.at_effect
         if step.fault.skew_ms is not None:
             fault["skew_ms"] = step.fault.skew_ms
+        if step.fault.at_candidate is not None:
+            fault["at_candidate"] = step.fault.at_candidate
         out["fault"] = fault
     return out
 
@@ -258,7 +290,7 @@ def _header(obj: dict[str, Any], line: int) -> TraceHeader:
 
 def _step(obj: dict[str, Any], line: int) -> Step:
     for key in obj:
-        if key not in {"step", "observed_at_ms", "command", "expect", "fault"}:
+        if key not in {"step", "observed_at_ms", "command", "expect", "fault", "query", "pass"}:
             raise TraceFormatError(line, key, "unknown step member")
     raw_command = obj.get("command")
     command = None
@@ -280,6 +312,12 @@ def _step(obj: dict[str, Any], line: int) -> Step:
     code = expect_obj.get("code")
     if code is not None and not isinstance(code, str):
         raise TraceFormatError(line, "expect.code", "must be a string or null")
+    for key in expect_obj:
+        if key not in {"kind", "code", "projection", "digest", "page"}:
+            raise TraceFormatError(line, f"expect.{key}", "unknown expectation member")
+    expected_page = expect_obj.get("page")
+    if expected_page is not None and not isinstance(expected_page, dict):
+        raise TraceFormatError(line, "expect.page", "must be an object")
     projection = _take(expect_obj, "projection", dict, line)
     digest = _take(expect_obj, "digest", str, line)
     if digest != projection_digest(projection):
@@ -291,13 +329,82 @@ def _step(obj: dict[str, Any], line: int) -> Step:
             fault_kind = FaultKind(_take(fault_obj, "kind", str, line))
         except ValueError:
             raise TraceFormatError(line, "fault.kind", "unknown fault") from None
-        fault = Fault(fault_kind, fault_obj.get("at_effect"), fault_obj.get("skew_ms"))
-    if command is None and (fault is None or fault.kind is not FaultKind.REOPEN):
-        raise TraceFormatError(line, "command", "only a reopen step has no command")
+        fault = Fault(
+            fault_kind,
+            fault_obj.get("at_effect"),
+            fault_obj.get("skew_ms"),
+            fault_obj.get("at_candidate"),
+        )
+    page = _page_request(obj, line)
+    if page is not None:
+        if command is not None:
+            raise TraceFormatError(line, "command", "a page step has no command")
+        if expected_page is None:
+            raise TraceFormatError(line, "expect.page", "a page step expects a page")
+        if fault is not None and not (
+            isinstance(page, LostRetryPass)
+            and fault.kind is FaultKind.IO_ERROR
+            and fault.at_candidate is not None
+        ):
+            raise TraceFormatError(line, "fault", "a page step takes only io_error at_candidate")
+    elif command is None and (fault is None or fault.kind is not FaultKind.REOPEN):
+        raise TraceFormatError(line, "command", "only a reopen or page step has no command")
     return Step(
         step=_take(obj, "step", int, line),
         command=command,
         observed_at_ms=_take(obj, "observed_at_ms", int, line),
-        expect=Expectation(kind, code, projection, digest),
+        expect=Expectation(kind, code, projection, digest, expected_page),
         fault=fault,
+        page=page,
     )
+
+
+def _limit(obj: Mapping[str, Any], field: str, line: int) -> int:
+    limit = _take(obj, "limit", int, line)
+    if not 1 <= limit <= 64:
+        raise TraceFormatError(line, f"{field}.limit", "must be 1..64 (P-1)")
+    return int(limit)
+
+
+def _page_request(obj: Mapping[str, Any], line: int) -> PageRequest | None:
+    if "query" in obj and "pass" in obj:
+        raise TraceFormatError(line, "query", "a step is a query or a pass, not both")
+    if "query" in obj:
+        query = _take(obj, "query", dict, line)
+        source = _take(query, "source", str, line)
+        params = SOURCE_PARAMS.get(source)
+        if params is None:
+            raise TraceFormatError(line, "query.source", f"must be one of {list(SOURCE_PARAMS)}")
+        allowed = {"source", "limit", *params} - {"observed_at_ms"}
+        for key in query:
+            if key not in allowed:
+                raise TraceFormatError(line, f"query.{key}", f"not a parameter of {source}")
+        after = query.get("after")
+        if after is not None and not isinstance(after, list):
+            raise TraceFormatError(line, "query.after", "must be a key (a list) or null")
+        started = query.get("process_started_at_ms")
+        executor = query.get("local_executor_type")
+        if "process_started_at_ms" in params and not isinstance(started, int):
+            raise TraceFormatError(line, "query.process_started_at_ms", "missing")
+        if "local_executor_type" in params and not isinstance(executor, str):
+            raise TraceFormatError(line, "query.local_executor_type", "missing")
+        return SourceQuery(
+            source=source,
+            limit=_limit(query, "query", line),
+            after=None if after is None else tuple(after),
+            process_started_at_ms=started,
+            local_executor_type=executor,
+        )
+    if "pass" in obj:
+        page = _take(obj, "pass", dict, line)
+        for key in page:
+            if key not in {"name", "limit", "fail_closed", "attempt_suffix"}:
+                raise TraceFormatError(line, f"pass.{key}", "unknown pass member")
+        if _take(page, "name", str, line) != "lost_retry_page":
+            raise TraceFormatError(line, "pass.name", "must be lost_retry_page")
+        return LostRetryPass(
+            limit=_limit(page, "pass", line),
+            fail_closed=_take(page, "fail_closed", bool, line),
+            attempt_suffix=_take(page, "attempt_suffix", str, line),
+        )
+    return None

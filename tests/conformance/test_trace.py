@@ -3,8 +3,10 @@ refused with the line and field named, and recorded traces replay cleanly on the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -12,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conformance.adapter import ReferenceAdapter
+from conformance.corpus import RUN_CORPUS, read_trace
 from conformance.faults import Fault, FaultKind
 from conformance.recorder import Recorder
 from conformance.replay import replay
@@ -150,3 +153,72 @@ def test_a_missing_capability_is_not_applicable_never_passed() -> None:
     result = replay(recorder.trace(), ReferenceAdapter)
     assert result.status == "not_applicable"
     assert result.missing_capabilities == ("journal_files",)
+
+
+def _paged_trace() -> Trace:
+    """Two lost Runs, a source query and a local lost-retry page with a failing candidate."""
+    return read_trace(RUN_CORPUS / "RETRY-17-local-candidate-error-counted-page-continues.jsonl")
+
+
+def test_page_steps_round_trip_and_a_wrong_page_diverges() -> None:
+    """A page step's expectation is the page itself: a source returning other items, or a
+    tally off by one, is a divergence that shows both pages."""
+    trace = _paged_trace()
+    assert loads(dumps(trace)) == trace
+    index = next(i for i, s in enumerate(trace.steps) if s.page is not None)
+    step = trace.steps[index]
+    assert step.expect.page is not None
+    wrong_page = dict(step.expect.page) | {"errored": step.expect.page["errored"] + 1}
+    wrong = dataclasses.replace(step, expect=dataclasses.replace(step.expect, page=wrong_page))
+    steps = (*trace.steps[:index], wrong, *trace.steps[index + 1 :])
+    result = replay(Trace(trace.header, steps), ReferenceAdapter)
+    assert result.divergence is not None
+    assert result.divergence.step == index + 1
+    assert result.divergence.command == "pass lost_retry_page"
+    assert "expected page" in result.divergence.render()
+
+
+@pytest.mark.parametrize(
+    ("member", "field"),
+    [
+        ('"query":{"source":"nope","limit":1}', "query.source"),
+        ('"query":{"source":"lost_retry","limit":65}', "query.limit"),
+        ('"query":{"source":"lost_retry","limit":1,"after":null}', "query.after"),
+        ('"query":{"source":"orphaned_created","limit":1}', "query.process_started_at_ms"),
+        (
+            '"pass":{"name":"lost_retry_page","limit":1,"fail_closed":1,"attempt_suffix":"s"}',
+            "fail_closed",
+        ),
+    ],
+)
+def test_malformed_page_steps_name_the_field(member: str, field: str) -> None:
+    projection: dict[str, list[dict[str, Any]]] = {
+        "runs": [],
+        "attempts": [],
+        "policies": [],
+        "leases": [],
+        "events": [],
+    }
+    step = (
+        '{"step":1,"observed_at_ms":1,"command":null,' + member + ',"expect":{"kind":"page",'
+        '"code":null,"page":{},"projection":'
+        + json.dumps(projection)
+        + ',"digest":"'
+        + projection_digest(projection)
+        + '"}}\n'
+    )
+    with pytest.raises(TraceFormatError) as caught:
+        loads(_sample() + step)
+    assert caught.value.field == field
+
+
+def test_a_refused_page_capability_makes_the_trace_not_applicable() -> None:
+    trace = _paged_trace()
+    assert "lost_retry_local" in trace.header.capabilities
+
+    class ClusterOnly(ReferenceAdapter):
+        capabilities = ReferenceAdapter.capabilities - {"lost_retry_local"}
+
+    result = replay(trace, ClusterOnly)
+    assert result.status == "not_applicable"
+    assert result.missing_capabilities == ("lost_retry_local",)
