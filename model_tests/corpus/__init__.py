@@ -1,0 +1,1 @@
+"""The committed conformance corpus: named scenario traces and the generated model traces."""

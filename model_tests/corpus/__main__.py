@@ -1,0 +1,92 @@
+"""Regenerate (or check) the committed trace corpus under `conformance/traces/run/`.
+
+    .venv/bin/python -m model_tests.corpus            # rewrite every trace, print a summary
+    .venv/bin/python -m model_tests.corpus --check    # compare, write nothing; exit 1 on drift
+
+Named scenarios (`model_tests.corpus.scenarios`) are written as `<name>.jsonl`; the generated
+corpus is `GENERATED_COUNT` seeded model runs (`model_tests.machines.record_trace`, seeds from
+`BASE_SEED`) written as `generated/<machine>-<profile>-<seed>.jsonl.gz`. The comparison is of
+the decompressed text, so a different zlib cannot make `--check` fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from conformance.corpus import RUN_CORPUS, read_text, trace_paths, write_text
+from conformance.trace import Trace, dumps
+from kernel.specs.states import Profile
+from model_tests.corpus.scenarios import SCENARIOS
+from model_tests.machines import record_trace
+
+BASE_SEED = 3_000
+PROFILES = (Profile.EDGE, Profile.STANDALONE, Profile.CLUSTER)
+# (machine, rule steps per run): the retry machine's teardown drives its last Run to the end,
+# so its traces are longer than its step count.
+MACHINE_STEPS = (("lifecycle", 30), ("retry", 6))
+PER_COMBINATION = 40
+GENERATED_COUNT = len(PROFILES) * len(MACHINE_STEPS) * PER_COMBINATION
+
+
+def generated() -> Iterator[tuple[str, Trace]]:
+    """The generated corpus: 40 runs per (machine, profile), seeds `BASE_SEED + i`."""
+    index = 0
+    for machine, steps in MACHINE_STEPS:
+        for profile in PROFILES:
+            for _ in range(PER_COMBINATION):
+                seed = BASE_SEED + index
+                index += 1
+                name = f"{machine}-{profile.value}-{seed}"
+                trace = record_trace(machine, seed=seed, steps=steps, profile=profile, name=name)
+                yield f"generated/{name}.jsonl.gz", trace
+
+
+def named() -> Iterator[tuple[str, Trace]]:
+    for name, build in SCENARIOS.items():
+        yield f"{name}.jsonl", build()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m model_tests.corpus", description=__doc__)
+    parser.add_argument("--check", action="store_true", help="compare only; exit 1 on drift")
+    parser.add_argument("--root", type=Path, default=RUN_CORPUS, help="corpus directory")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    expected: dict[str, str] = {}
+    steps = 0
+    for relative, trace in (*named(), *generated()):
+        expected[relative] = dumps(trace)
+        steps += len(trace.steps)
+    root: Path = args.root
+    present = {str(p.relative_to(root)): p for p in trace_paths(root)} if root.exists() else {}
+    drift = sorted(
+        rel
+        for rel, text in expected.items()
+        if rel not in present or read_text(present[rel]) != text
+    )
+    extra = sorted(set(present) - set(expected))
+    summary = (
+        f"{len(SCENARIOS)} named + {GENERATED_COUNT} generated traces, {steps} steps, "
+        f"{time.monotonic() - started:.1f} s"
+    )
+    if args.check:
+        for rel in drift:
+            print(f"differs or missing: {rel}")
+        for rel in extra:
+            print(f"not produced by the generator: {rel}")
+        print(f"corpus check: {summary}; {len(drift)} differ, {len(extra)} extra")
+        return 1 if drift or extra else 0
+    for rel in extra:
+        present[rel].unlink()
+    for rel in drift:
+        write_text(root / rel, expected[rel])
+    print(f"corpus written to {root}: {summary}; {len(drift)} rewritten, {len(extra)} removed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

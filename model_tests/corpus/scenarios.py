@@ -1,0 +1,732 @@
+"""The named scenario traces: at least one per CONF item of SPEC §1.12 and §2.6 (issue 3, 4a).
+
+Each function records one trace named `<ID>-<what it shows>` through the reference store and
+checks its own expectations while recording (`model_tests.corpus.dsl`). The committed files
+under `conformance/traces/run/` are the data; this module is how they are regenerated
+(`python -m model_tests.corpus`). Where an item is about more than a trace can carry (a lock
+order, a kill at a statement boundary, database time, a raw-token scan of every table), the trace
+exercises the path and its description names the runner-level check that completes the item.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from conformance.faults import Fault, FaultKind
+from conformance.trace import Trace
+from kernel import (
+    AcknowledgeRunning,
+    AcknowledgeStarting,
+    ActivateLocal,
+    AdmitRun,
+    CancelReason,
+    CompletionOutcome,
+    CreateRun,
+    ExpireWithLease,
+    FailOrphanedCreated,
+    GrantLease,
+    LostRetryStep,
+    NotRunningEvidence,
+    PolicyDefinition,
+    RecordLocalHandle,
+    RecoverLocalStartup,
+    RecoverRuntime,
+    RenewLease,
+    RequestCancel,
+    Safety,
+    UnknownEvidence,
+    UnknownReason,
+    WorkerSessionStatus,
+    token_digest,
+)
+from kernel.specs.states import Actor, Profile, RunKind, RunOwner
+from model_tests.corpus.dsl import LEASE_MS, Scenario, worker
+
+Builder = Callable[[], Trace]
+SCENARIOS: dict[str, Builder] = {}
+
+NO_BACKOFF = PolicyDefinition(3, True, Safety.IDEMPOTENT, 0, 0)
+BACKOFF = PolicyDefinition(3, True, Safety.IDEMPOTENT, 1_000, 60_000)
+LOCAL = "local"
+CALLBACK = token_digest("scenario-callback".ljust(40, "c"))
+CRASH_AFTER = Fault(FaultKind.CRASH_AFTER_COMMIT)
+CRASH_BEFORE = Fault(FaultKind.CRASH_BEFORE_COMMIT)
+DUPLICATE = Fault(FaultKind.DUPLICATE_DELIVERY)
+
+
+def scenario(
+    name: str, description: str, *, profile: Profile = Profile.EDGE
+) -> Callable[[Callable[[Scenario], None]], Builder]:
+    """Register `body` as the builder of the trace `name`."""
+
+    def register(body: Callable[[Scenario], None]) -> Builder:
+        def build() -> Trace:
+            s = Scenario(name, description, profile=profile)
+            body(s)
+            return s.trace()
+
+        SCENARIOS[name] = build
+        return build
+
+    return register
+
+
+def io_error(at_effect: int) -> Fault:
+    return Fault(FaultKind.IO_ERROR, at_effect=at_effect)
+
+
+# -- §1.12 Run and Events ----------------------------------------------------------------------
+@scenario(
+    "RUN-02-attempt-numbers-dense-under-replays",
+    "RUN-02: admission, expiry and every lost-retry step delivered twice or after a lost "
+    "response create Attempts 1 and 2 only: no duplicate number, no gap.",
+)
+def run_02(s: Scenario) -> None:
+    w = worker()
+    aid = s.admit("r1", NO_BACKOFF)
+    s.admit("r1", NO_BACKOFF, expect="replayed")
+    s.grant("r1", aid, w)
+    s.starting("r1", aid, w)
+    s.running("r1", aid, w)
+    s.tick(LEASE_MS)
+    s.expire("r1", aid, expect="applied")
+    s.expire("r1", aid, expect="replayed:already_final")
+    s.do(LostRetryStep("r1", "r1-a2"), "applied:scheduled", fault=CRASH_AFTER)
+    s.do(LostRetryStep("r1", "r1-a2"), "applied:requeued", fault=CRASH_AFTER)
+    s.do(LostRetryStep("r1", "r1-a2"), "raced:NOT_ELIGIBLE")
+    s.do(LostRetryStep("r1", "r1-a3"), "raced:NOT_ELIGIBLE", fault=DUPLICATE)
+    assert sorted(a.number for a in s.agg("r1").attempts) == [1, 2]
+
+
+@scenario(
+    "RUN-06-fault-before-commit-writes-nothing",
+    "RUN-06: a crash before commit or an I/O error at each statement of admission, grant, "
+    "expiry (lost + release) and the retry requeue leaves every row and Event unchanged; the "
+    "clean delivery then applies. Runners also run the kill mode over every statement boundary.",
+)
+def run_06(s: Scenario) -> None:
+    w = worker()
+    admit = AdmitRun("r1", "r1-a1", "project", "task", 1, "shell", NO_BACKOFF)
+    s.all_faults(admit)
+    s.do(admit, "applied")
+    token = s.grant_token()
+    grant = GrantLease("r1", "r1-a1", w, token, LEASE_MS)
+    s.all_faults(grant)
+    s.do(grant, "applied")
+    s.remember(token, "r1", "r1-a1")
+    s.starting("r1", "r1-a1", w)
+    s.running("r1", "r1-a1", w)
+    s.tick(LEASE_MS)
+    expire = ExpireWithLease("r1", "r1-a1", 1, s.profile)
+    s.all_faults(expire)
+    s.do(expire, "applied:lost")
+    s.all_faults(LostRetryStep("r1", "r1-a2"))
+    s.do(LostRetryStep("r1", "r1-a2"), "applied:scheduled")
+    s.all_faults(LostRetryStep("r1", "r1-a2"))
+    s.do(LostRetryStep("r1", "r1-a2"), "applied:requeued")
+
+
+# -- leases ------------------------------------------------------------------------------------
+@scenario(
+    "LEASE-02-each-mismatched-fence-field-rejected",
+    "LEASE-02: a renewal whose fence differs from the live lease in exactly one field (worker, "
+    "session, worker generation, lease generation, token, version) is rejected with that "
+    "field's code and writes nothing; the matching fence then applies.",
+)
+def lease_02(s: Scenario) -> None:
+    w = worker()
+    aid = s.launched("r1", w, None)
+    live = s.fence("r1", aid, w)
+    other = s.grant_token()
+    for change, code in (
+        ({"worker_id": "w2"}, "LEASE_WORKER_MISMATCH"),
+        ({"worker_session_id": "s0"}, "LEASE_WORKER_SESSION_MISMATCH"),
+        ({"worker_generation": 2}, "LEASE_WORKER_GENERATION_MISMATCH"),
+        ({"lease_generation": 2}, "LEASE_MISSING"),  # no lease row of that generation
+        ({"lease_token": other}, "LEASE_TOKEN_MISMATCH"),
+        ({"expected_version": live.expected_version - 1}, "LEASE_VERSION_MISMATCH"),
+    ):
+        fence = dataclasses.replace(live, **change)
+        s.do(RenewLease("r1", aid, fence, w, LEASE_MS), f"rejected:{code}")
+    s.renew("r1", aid, w)
+
+
+@scenario(
+    "LEASE-03-exact-completion-replay-converges",
+    "LEASE-03: an identical completion replay is Replayed(already_terminal), also later and "
+    "with the Worker offline; a changed sequence, outcome, exit code, fence or version is "
+    "rejected and writes nothing.",
+)
+def lease_03(s: Scenario) -> None:
+    w = worker()
+    aid = s.launched("r1", w, None)
+    fence = s.fence("r1", aid, w)
+    done = s.completion("r1", aid, w, fence, sequence=3, exit_code=0)
+    s.do(done, "applied:completed", fault=CRASH_AFTER)
+    s.do(done, "replayed:already_terminal")
+    s.tick(LEASE_MS * 4)
+    offline = worker(status=WorkerSessionStatus.OFFLINE)
+    s.do(dataclasses.replace(done, worker=offline), "replayed:already_terminal")
+    for change in (
+        {"callback_sequence": 4},
+        {"outcome": CompletionOutcome.FAILED},
+        {"exit_code": 1},
+        {"fence": dataclasses.replace(fence, expected_version=fence.expected_version + 1)},
+        {"fence": dataclasses.replace(fence, lease_token=s.grant_token())},
+    ):
+        s.do(dataclasses.replace(done, **change), "rejected")
+
+
+@scenario(
+    "LEASE-07-local-expiry-lost-and-release-in-one-step",
+    "LEASE-07: on edge, expiry of a running Attempt commits lost and the lease release in one "
+    "transaction; with a cancellation intent it only releases the lease (the intent decides "
+    "the Run's end, not a retry).",
+)
+def lease_07(s: Scenario) -> None:
+    w = worker()
+    a1 = s.launched("r1", w, None)
+    a2 = s.launched("r2", w, None)
+    s.do(RequestCancel("r2", CancelReason.USER, Actor.USER), "applied")
+    s.tick(LEASE_MS)
+    s.expire("r1", a1, expect="applied:lost")
+    s.expire("r2", a2, expect="applied")
+
+
+@scenario(
+    "LEASE-08-completion-and-expiry-never-both-apply",
+    "LEASE-08: completion and expiry at the same instant end in a serially reachable state: "
+    "whichever commits first wins, the other is refused (a completion on an expired lease is "
+    "fenced; an expiry of a completed lease is final). Runners also race them for real.",
+)
+def lease_08(s: Scenario) -> None:
+    w = worker()
+    a1 = s.launched("r1", w, None)
+    a2 = s.launched("r2", w, None)
+    f1 = s.fence("r1", a1, w)
+    f2 = s.fence("r2", a2, w)
+    s.tick(LEASE_MS - 1)
+    s.renew("r1", a1, w)
+    f1 = s.fence("r1", a1, w)
+    s.tick(1)
+    s.do(s.completion("r2", a2, w, f2), "rejected")
+    s.expire("r2", a2, expect="applied:lost")
+    s.tick(LEASE_MS - 2)
+    s.do(s.completion("r1", a1, w, f1), "applied:completed")
+    s.tick(1)
+    s.expire("r1", a1, expect="replayed")
+
+
+@scenario(
+    "LEASE-09-old-worker-fenced-after-lost-release",
+    "LEASE-09: after lost + release the old Worker's renewal, starting and running "
+    "acknowledgements and completion all fail the fence and write nothing.",
+)
+def lease_09(s: Scenario) -> None:
+    w = worker()
+    aid = s.launched("r1", w, None)
+    fence = s.fence("r1", aid, w)
+    s.tick(LEASE_MS)
+    s.expire("r1", aid, expect="applied:lost")
+    s.do(RenewLease("r1", aid, fence, w, LEASE_MS), "rejected")
+    s.do(AcknowledgeStarting("r1", aid, fence, w), "rejected")
+    s.do(AcknowledgeRunning("r1", aid, fence, w, "pid:1", s.now), "rejected")
+    s.do(s.completion("r1", aid, w, fence), "rejected")
+
+
+@scenario(
+    "LEASE-10-tokens-stored-only-as-digests",
+    "LEASE-10: grants, renewals and completions carry lease tokens; the projection (every "
+    "table) holds only their SHA-256 digests. Runners additionally scan every table, log and "
+    "Event of the replayed database for the raw tokens.",
+)
+def lease_10(s: Scenario) -> None:
+    w = worker()
+    aid = s.launched("r1", w, None)
+    s.renew("r1", aid, w)
+    s.do(s.completion("r1", aid, w, s.fence("r1", aid, w)), "applied:completed")
+
+
+# -- retry -------------------------------------------------------------------------------------
+POLICY_ARGS = {
+    "max_attempts": 3,
+    "retry_on_lost": True,
+    "safety": "idempotent",
+    "backoff_base_ms": 0,
+    "backoff_max_ms": 0,
+}
+
+
+def admit_args(run_id: str) -> dict[str, object]:
+    return {
+        "run_id": run_id,
+        "attempt_id": f"{run_id}-a1",
+        "project_id": "project",
+        "task_id": "task",
+        "task_revision": 1,
+        "executor_type": "shell",
+    }
+
+
+@scenario(
+    "RETRY-01-run-command-with-retry-policy-rejected",
+    "RETRY-01: a Run command that carries a retry policy itself (not the admission provider) is "
+    "refused by strict decoding before anything is written (A-1).",
+)
+def retry_01(s: Scenario) -> None:
+    s.raw("admit_run", admit_args("r1") | {"retry_policy": POLICY_ARGS}, "rejected")
+    s.raw("admit_run", admit_args("r1") | {"provider_policy": POLICY_ARGS}, "rejected")
+    s.raw("create_run", admit_args("r2") | {"retry_policy": POLICY_ARGS}, "rejected")
+    s.raw("admit_run", admit_args("r1"), "applied", provider_policy=POLICY_ARGS)
+
+
+@scenario(
+    "RETRY-02-unknown-safety-rejects-admission",
+    "RETRY-02: an enabled provider policy with safety unknown rejects admission: no Run, "
+    "Attempt or policy row exists afterwards.",
+)
+def retry_02(s: Scenario) -> None:
+    unknown = PolicyDefinition(3, True, Safety.UNKNOWN, 0, 0)
+    s.admit("r1", unknown, expect="rejected:RUN_RETRY_POLICY_UNSAFE")
+    s.admit("r1", NO_BACKOFF)
+
+
+@scenario(
+    "RETRY-03-retry-disabled-fails-lost-run",
+    "RETRY-03: lost Runs with no policy, retry_on_lost false, or max_attempts 1 fail with "
+    "RUN_LOST_RETRY_DISABLED on the next lost-retry page.",
+)
+def retry_03(s: Scenario) -> None:
+    w = worker()
+    for run_id, policy in (
+        ("r1", None),
+        ("r2", PolicyDefinition(3, False, Safety.IDEMPOTENT, 0, 0)),
+        ("r3", PolicyDefinition(1, True, Safety.IDEMPOTENT, 0, 0)),
+    ):
+        aid = s.launched(run_id, w, policy)
+        s.tick(LEASE_MS)
+        s.expire(run_id, aid, expect="applied:lost")
+    s.lost_retry_page({"scanned": 3, "failed": 3, "has_more": False})
+    for run_id in ("r1", "r2", "r3"):
+        assert s.agg(run_id).run.error_code == "RUN_LOST_RETRY_DISABLED"
+
+
+@scenario(
+    "RETRY-06-retryable-lost-run-waits-for-backoff",
+    "RETRY-06: a retryable lost Run becomes retry_wait at base + delay with policy version + 1, "
+    "one run.retry_wait Event and no new Attempt.",
+)
+def retry_06(s: Scenario) -> None:
+    w = worker()
+    aid = s.launched("r1", w, BACKOFF)
+    s.tick(LEASE_MS)
+    s.expire("r1", aid, expect="applied:lost")
+    s.lost_retry_page({"scanned": 1, "scheduled": 1})
+    agg = s.agg("r1")
+    assert agg.run.status.value == "retry_wait"
+    assert len(agg.attempts) == 1
+
+
+@scenario(
+    "RETRY-07-retry-wait-not-before-due",
+    "RETRY-07: the lost-retry source never returns a retry_wait Run before its "
+    "next_attempt_at_ms: not one millisecond early, and it is returned at the due instant.",
+)
+def retry_07(s: Scenario) -> None:
+    w = worker()
+    aid = s.launched("r1", w, BACKOFF)
+    s.tick(LEASE_MS)
+    s.expire("r1", aid, expect="applied:lost")
+    s.lost_retry_page({"scanned": 1, "scheduled": 1})
+    due = s.agg("r1").policy
+    assert due is not None
+    assert due.next_attempt_at_ms is not None
+    s.now = due.next_attempt_at_ms - 1
+    s.query("lost_retry", [])
+    s.lost_retry_page({"scanned": 0})
+    s.do(LostRetryStep("r1", "r1-a2"), "rejected:NOT_DUE")
+    s.now = due.next_attempt_at_ms
+    s.query("lost_retry", ["r1"])
+    s.lost_retry_page({"scanned": 1, "requeued": 1})
+
+
+@scenario(
+    "RETRY-08-due-retry-wait-requeued-exactly-once",
+    "RETRY-08: a due retry_wait Run gets exactly one bare claimed Attempt N+1, the Run queued, "
+    "the policy cleared, run.queued then attempt.claimed; Attempt N is unchanged.",
+)
+def retry_08(s: Scenario) -> None:
+    w = worker()
+    aid = s.launched("r1", w, NO_BACKOFF)
+    s.tick(LEASE_MS)
+    s.expire("r1", aid, expect="applied:lost")
+    s.lost_retry_page({"scanned": 1, "scheduled": 1})
+    s.lost_retry_page({"scanned": 1, "requeued": 1})
+    s.lost_retry_page({"scanned": 0})
+    agg = s.agg("r1")
+    assert agg.run.status.value == "queued"
+    assert len(agg.attempts) == 2
+
+
+@scenario(
+    "RETRY-09-retry-replay-never-creates-attempt-n-plus-2",
+    "RETRY-09: replaying the requeue (lost response, duplicate delivery, another new id) is "
+    "Raced or a no-op and never creates Attempt N+2.",
+)
+def retry_09(s: Scenario) -> None:
+    w = worker()
+    aid = s.launched("r1", w, NO_BACKOFF)
+    s.tick(LEASE_MS)
+    s.expire("r1", aid, expect="applied:lost")
+    s.do(LostRetryStep("r1", "r1-a2"), "applied:scheduled")
+    s.do(LostRetryStep("r1", "r1-a2"), "applied:requeued", fault=CRASH_AFTER)
+    s.do(LostRetryStep("r1", "r1-a2"), "raced:NOT_ELIGIBLE")
+    s.do(LostRetryStep("r1", "r1-a3"), "raced:NOT_ELIGIBLE", fault=DUPLICATE)
+    s.lost_retry_page({"scanned": 0})
+    assert len(s.agg("r1").attempts) == 2
+
+
+@scenario(
+    "RETRY-10-fault-in-requeue-rolls-back-everything",
+    "RETRY-10: a crash or an I/O error at any statement of the requeue transaction rolls back "
+    "the Run, the policy, the new Attempt and both Events; the clean delivery then requeues. "
+    "Runners also kill the process at every statement boundary of this write.",
+)
+def retry_10(s: Scenario) -> None:
+    w = worker()
+    aid = s.launched("r1", w, NO_BACKOFF)
+    s.tick(LEASE_MS)
+    s.expire("r1", aid, expect="applied:lost")
+    s.do(LostRetryStep("r1", "r1-a2"), "applied:scheduled")
+    s.all_faults(LostRetryStep("r1", "r1-a2"))
+    s.do(LostRetryStep("r1", "r1-a2"), "applied:requeued")
+
+
+@scenario(
+    "RETRY-12-ineligible-runs-never-selected",
+    "RETRY-12: Workflow Runs, non-runtime (legacy) Runs and Runs whose latest Attempt is not "
+    "lost are never selected by the lost-retry source; only the ordinary lost Run is.",
+)
+def retry_12(s: Scenario) -> None:
+    w = worker()
+    a1 = s.launched("r1", w, NO_BACKOFF)
+    wf = s.admit("wf", NO_BACKOFF, kind=RunKind.WORKFLOW)
+    s.grant("wf", wf, w)
+    s.starting("wf", wf, w)
+    s.admit("legacy", NO_BACKOFF, owner=RunOwner.LEGACY)
+    busy = s.launched("busy", w, NO_BACKOFF)
+    s.tick(LEASE_MS - 1)
+    s.renew("busy", busy, w)
+    s.tick(1)
+    s.expire("r1", a1, expect="applied:lost")
+    s.expire("wf", wf, expect="applied:lost")
+    s.query("lost_retry", ["r1"])
+    s.lost_retry_page({"scanned": 1, "scheduled": 1})
+
+
+@scenario(
+    "RETRY-13-page-bounded-and-has-more-exact",
+    "RETRY-13: one page processes at most `limit` candidates and has_more is exact (limit 2 of "
+    "5, limit 4 of 5, limit 5 of 5); one call, no further page, no timer.",
+)
+def retry_13(s: Scenario) -> None:
+    w = worker()
+    for i in range(1, 6):
+        aid = s.launched(f"r{i}", w, None)
+        s.tick(LEASE_MS)
+        s.expire(f"r{i}", aid, expect="applied:lost")
+    s.query("lost_retry", ["r1", "r2", "r3", "r4"], limit=4, has_more=True)
+    s.query("lost_retry", ["r1", "r2", "r3", "r4", "r5"], limit=5)
+    s.lost_retry_page({"scanned": 2, "failed": 2, "has_more": True}, limit=2)
+    s.lost_retry_page({"scanned": 3, "failed": 3, "has_more": False}, limit=3)
+    s.lost_retry_page({"scanned": 0, "has_more": False}, limit=1)
+
+
+@scenario(
+    "RETRY-15-lost-before-due-retry-wait",
+    "RETRY-15: within a page every lost candidate precedes every due retry_wait candidate, "
+    "whatever their times.",
+)
+def retry_15(s: Scenario) -> None:
+    w = worker()
+    a1 = s.launched("early", w, NO_BACKOFF)
+    s.tick(LEASE_MS)
+    s.expire("early", a1, expect="applied:lost")
+    s.lost_retry_page({"scanned": 1, "scheduled": 1})
+    a2 = s.launched("late", w, NO_BACKOFF)
+    s.tick(LEASE_MS)
+    s.expire("late", a2, expect="applied:lost")
+    s.query("lost_retry", ["late", "early"])
+    s.lost_retry_page({"scanned": 1, "scheduled": 1}, limit=1)
+    s.query("lost_retry", ["early", "late"])
+
+
+@scenario(
+    "RETRY-17-local-candidate-error-counted-page-continues",
+    "RETRY-17 (local): a candidate whose transaction fails is left unchanged and counted "
+    "errored; the rest of the page proceeds.",
+)
+def retry_17_local(s: Scenario) -> None:
+    w = worker()
+    for i in range(1, 4):
+        aid = s.launched(f"r{i}", w, None)
+        s.tick(LEASE_MS)
+        s.expire(f"r{i}", aid, expect="applied:lost")
+    s.lost_retry_page({"scanned": 3, "failed": 2, "errored": 1}, fail_candidate=2)
+    assert s.agg("r2").run.status.value == "lost"
+    s.lost_retry_page({"scanned": 1, "failed": 1})
+
+
+@scenario(
+    "RETRY-17-cluster-candidate-error-stops-page",
+    "RETRY-17 (cluster): the first candidate error stops the page closed "
+    "(LOST_RETRY_UNAVAILABLE); later candidates are not touched; the next page resumes.",
+    profile=Profile.CLUSTER,
+)
+def retry_17_cluster(s: Scenario) -> None:
+    w = worker()
+    for i in range(1, 4):
+        aid = s.launched(f"r{i}", w, None)
+        s.tick(LEASE_MS)
+        s.do(RecoverRuntime(f"r{i}", aid, NotRunningEvidence()), "applied:lost")
+    s.lost_retry_page(
+        {"scanned": 1, "failed": 1},
+        fail_closed=True,
+        fail_candidate=2,
+        expect_kind="error",
+    )
+    assert s.agg("r3").run.status.value == "lost"
+    s.lost_retry_page({"scanned": 2, "failed": 2}, fail_closed=True)
+
+
+@scenario(
+    "RETRY-18-local-activation-latest-claimed-only",
+    "RETRY-18: local activation accepts only the latest claimed Attempt of an uncancelled "
+    "queued local Run; a second activation (a concurrent spawner) is refused, so one spawn.",
+)
+def retry_18(s: Scenario) -> None:
+    s.admit("r1", NO_BACKOFF, executor=LOCAL)
+    s.query("local_dispatch", ["r1"], local_executor_type=LOCAL)
+    activate = ActivateLocal("r1", "r1-a1", LOCAL, 1, CALLBACK)
+    s.do(activate, "applied")
+    s.do(activate, "raced:NOT_ELIGIBLE")
+    s.do(ActivateLocal("r1", "r1-a1", LOCAL, 2, CALLBACK), "raced:NOT_ELIGIBLE")
+    s.query("local_dispatch", [], local_executor_type=LOCAL)
+    s.admit("r2", NO_BACKOFF, executor=LOCAL)
+    s.do(RequestCancel("r2", CancelReason.USER, Actor.USER), "applied")
+    s.query("local_dispatch", [], local_executor_type=LOCAL)
+    s.do(ActivateLocal("r2", "r2-a1", LOCAL, 1, CALLBACK), "rejected:CANCEL_REQUESTED")
+
+
+# -- §2.6 recovery -----------------------------------------------------------------------------
+def local_running(s: Scenario, run_id: str, *, kind: RunKind = RunKind.ORDINARY) -> str:
+    """A local-executor Run activated and running in this process (before a restart)."""
+    aid = s.admit(run_id, NO_BACKOFF, executor=LOCAL, kind=kind)
+    s.do(ActivateLocal(run_id, aid, LOCAL, 1, CALLBACK), "applied")
+    s.do(RecordLocalHandle(run_id, aid, f"pid:{run_id}", s.now), "applied")
+    return aid
+
+
+@scenario(
+    "REC-01-cluster-source-selects-exactly-the-candidates",
+    "REC-01: the cluster runtime recovery source returns exactly the started Attempts whose "
+    "lease expired or is missing; never a pristine claimed Attempt, a created Run, a live "
+    "lease, a Workflow Run or a terminal Run. Order: missing leases first, then by expiry.",
+    profile=Profile.CLUSTER,
+)
+def rec_01(s: Scenario) -> None:
+    w = worker()
+    s.admit("pristine", NO_BACKOFF)
+    s.do(CreateRun("created", "project", "task", 1, "shell"), "applied")
+    a_exp = s.launched("expired", w, NO_BACKOFF)
+    s.tick(1_000)
+    s.launched("later", w, NO_BACKOFF)
+    a_done = s.launched("done", w, None)
+    s.do(s.completion("done", a_done, w, s.fence("done", a_done, w)), "applied:completed")
+    s.tick(LEASE_MS)
+    s.launched("live", w, NO_BACKOFF)
+    s.query("runtime_recovery", ["expired", "later"])
+    s.do(RecoverRuntime("expired", a_exp, NotRunningEvidence()), "applied:lost")
+    s.query("runtime_recovery", ["later"])
+
+
+@scenario(
+    "REC-02-cluster-source-bounded-has-more-exact",
+    "REC-02: the cluster source returns at most `limit` rows (default 16, at most 64) with "
+    "an exact has_more and no persisted cursor: the same call returns the same first rows.",
+    profile=Profile.CLUSTER,
+)
+def rec_02(s: Scenario) -> None:
+    w = worker()
+    for i in range(1, 4):
+        s.launched(f"r{i}", w, NO_BACKOFF)
+        s.tick(10)
+    s.tick(LEASE_MS)
+    s.query("runtime_recovery", ["r1", "r2"], limit=2, has_more=True)
+    s.query("runtime_recovery", ["r1", "r2"], limit=2, has_more=True)
+    s.query("runtime_recovery", ["r1", "r2", "r3"], limit=3)
+
+
+@scenario(
+    "REC-03-expired-without-evidence-stays-and-is-reselected",
+    "REC-03: on cluster an expired started Attempt without trusted not-running evidence stays "
+    "unchanged (no evidence: evidence_required; unknown: rejected; live: adopted) and is "
+    "selected again by the next cycle.",
+    profile=Profile.CLUSTER,
+)
+def rec_03(s: Scenario) -> None:
+    w = worker()
+    aid = s.launched("r1", w, NO_BACKOFF)
+    s.tick(LEASE_MS)
+    s.expire("r1", aid, expect="replayed:evidence_required")
+    s.query("runtime_recovery", ["r1"])
+    s.do(RecoverRuntime("r1", aid, None), "replayed:evidence_required")
+    s.do(RecoverRuntime("r1", aid, UnknownEvidence(UnknownReason.PROBE_FAILED)), "rejected")
+    s.query("runtime_recovery", ["r1"])
+    assert s.agg("r1").run.status.value == "running"
+
+
+@scenario(
+    "REC-04-recovery-lost-releases-the-lease",
+    "REC-04: recovery that writes lost also releases the lease (lease_expired, version + 1), "
+    "mirrored on the Attempt, in the same transaction; no leased row remains.",
+    profile=Profile.CLUSTER,
+)
+def rec_04(s: Scenario) -> None:
+    w = worker()
+    aid = s.launched("r1", w, NO_BACKOFF)
+    s.tick(LEASE_MS)
+    recover = RecoverRuntime("r1", aid, NotRunningEvidence())
+    s.all_faults(recover)
+    s.do(recover, "applied:lost")
+    agg = s.agg("r1")
+    assert agg.leased_lease(aid) is None
+    s.query("runtime_recovery", [])
+
+
+@scenario(
+    "REC-05-no-matching-lease-no-lease-write",
+    "REC-05: when no leased row matches (the lease was already released by expiry), recovery "
+    "writes lost without creating or modifying any lease row.",
+    profile=Profile.CLUSTER,
+)
+def rec_05(s: Scenario) -> None:
+    w = worker()
+    aid = s.launched("r1", w, NO_BACKOFF)
+    s.do(RequestCancel("r1", CancelReason.USER, Actor.USER), "applied")
+    s.tick(LEASE_MS)
+    s.expire("r1", aid, expect="applied:released")
+    before = list(s.agg("r1").leases)
+    s.query("runtime_recovery", ["r1"])
+    s.do(RecoverRuntime("r1", aid, NotRunningEvidence()), "applied:lost")
+    assert list(s.agg("r1").leases) == before
+
+
+@scenario(
+    "REC-06-recovery-candidate-in-lock-order",
+    "REC-06: a cluster recovery candidate processed as one transaction (advisory lock, Run, "
+    "Attempt, lease). The trace fixes the result; the cluster runner's statement log proves "
+    "the lock order.",
+    profile=Profile.CLUSTER,
+)
+def rec_06(s: Scenario) -> None:
+    w = worker()
+    aid = s.launched("r1", w, NO_BACKOFF)
+    s.tick(LEASE_MS)
+    s.query("runtime_recovery", ["r1"])
+    s.do(RecoverRuntime("r1", aid, NotRunningEvidence()), "applied:lost")
+    s.lost_retry_page({"scanned": 1, "scheduled": 1}, fail_closed=True)
+
+
+@scenario(
+    "REC-07-workflow-runs-never-selected-by-recovery",
+    "REC-07: ordinary local startup recovery and the cluster source never select a Workflow "
+    "aggregate Run, even one with a started local Attempt or an expired lease.",
+)
+def rec_07(s: Scenario) -> None:
+    w = worker()
+    local_running(s, "ordinary")
+    local_running(s, "wf-local", kind=RunKind.WORKFLOW)
+    aid = s.admit("wf-remote", NO_BACKOFF, kind=RunKind.WORKFLOW)
+    s.grant("wf-remote", aid, w)
+    s.starting("wf-remote", aid, w)
+    s.tick(LEASE_MS)
+    s.query("local_startup", ["ordinary"])
+    s.query("runtime_recovery", ["ordinary"])
+
+
+@scenario(
+    "REC-09-startup-recovery-then-lost-retry-page",
+    "REC-09: at startup, local recovery resolves the interrupted local Attempt first (not "
+    "running: lost), then the first execution-control lost-retry page takes it, before any "
+    "scheduling. The trace fixes that order; the runtime's startup test checks the scheduler.",
+)
+def rec_09(s: Scenario) -> None:
+    aid = local_running(s, "r1")
+    s.reopen()
+    s.tick(5_000)
+    s.query("local_startup", ["r1"])
+    s.do(RecoverLocalStartup("r1", aid, NotRunningEvidence()), "applied:lost")
+    s.query("local_startup", [])
+    s.lost_retry_page({"scanned": 1, "scheduled": 1})
+    s.lost_retry_page({"scanned": 1, "requeued": 1})
+
+
+@scenario(
+    "REC-12-orphaned-created-failed-locally-never-by-cluster",
+    "REC-12: local startup fails a created Run older than the process with "
+    "RUN_ORPHANED_CREATED; a Run created after the process started is left; the cluster "
+    "source never selects a created Run.",
+)
+def rec_12(s: Scenario) -> None:
+    s.do(CreateRun("old", "project", "task", 1, "shell"), "applied")
+    s.tick(1_000)
+    started = s.now
+    s.tick(1)
+    s.do(CreateRun("new", "project", "task", 1, "shell"), "applied")
+    s.query("runtime_recovery", [])
+    s.query("orphaned_created", ["old"], process_started_at_ms=started)
+    s.do(FailOrphanedCreated("old", started), "applied")
+    s.do(FailOrphanedCreated("new", started), "raced:NOT_ELIGIBLE")
+    s.query("orphaned_created", [], process_started_at_ms=started)
+    assert s.agg("old").run.error_code == "RUN_ORPHANED_CREATED"
+
+
+@scenario(
+    "REC-13-recovery-error-stops-the-cluster-cycle",
+    "REC-13: in a cluster cycle a candidate error fails the page closed "
+    "(LOST_RETRY_UNAVAILABLE) and leaves the later candidates untouched; the cycle stops "
+    "there (the cluster runner's cycle test checks that no scheduling follows).",
+    profile=Profile.CLUSTER,
+)
+def rec_13(s: Scenario) -> None:
+    w = worker()
+    for i in range(1, 3):
+        aid = s.launched(f"r{i}", w, NO_BACKOFF)
+        s.tick(LEASE_MS)
+        s.do(RecoverRuntime(f"r{i}", aid, NotRunningEvidence()), "applied:lost")
+    s.lost_retry_page({"scanned": 0}, fail_closed=True, fail_candidate=1, expect_kind="error")
+    s.lost_retry_page({"scanned": 2, "scheduled": 2}, fail_closed=True)
+
+
+@scenario(
+    "RETRY-20-due-check-uses-observation-time",
+    "RETRY-20: the due check uses the step's observation time, which on PostgreSQL is the "
+    "database's clock: a Run due one millisecond later is not requeued, whatever a runner's own "
+    "clock says (the cluster runner injects this time through its clock port).",
+    profile=Profile.CLUSTER,
+)
+def retry_20(s: Scenario) -> None:
+    w = worker()
+    aid = s.launched("r1", w, BACKOFF)
+    s.tick(LEASE_MS)
+    s.do(RecoverRuntime("r1", aid, NotRunningEvidence()), "applied:lost")
+    s.lost_retry_page({"scanned": 1, "scheduled": 1}, fail_closed=True)
+    policy = s.agg("r1").policy
+    assert policy is not None
+    assert policy.next_attempt_at_ms is not None
+    s.now = policy.next_attempt_at_ms - 1
+    s.lost_retry_page({"scanned": 0}, fail_closed=True)
+    s.now = policy.next_attempt_at_ms
+    s.lost_retry_page({"scanned": 1, "requeued": 1}, fail_closed=True)
