@@ -26,7 +26,7 @@ from typing import Final
 __all__ = ["CURRENT_ISSUE", "KINDS", "PROPERTIES", "Property", "required_ids"]
 
 #: The issue being delivered now; `required_ids(CURRENT_ISSUE)` must all have passing tests.
-CURRENT_ISSUE: Final = 2
+CURRENT_ISSUE: Final = 3  # issue 3 assigns no ids: its models cite the ids of issue 2
 
 #: The test kinds of SPEC §0.2.
 KINDS: Final = frozenset({"PBT", "CONF", "LIFE"})
