@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -100,11 +101,17 @@ def decode_provider_policy(data: Mapping[str, object]) -> PolicyDefinition:
     return typing.cast(PolicyDefinition, value)
 
 
+@functools.cache
+def _shape(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
+    """A dataclass's resolved type hints and init fields. Cached: resolving string annotations
+    is most of a decode's cost, and the command classes never change."""
+    return get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls) if f.init}
+
+
 def _decode_dataclass(cls: type, data: object, prefix: str, decode_secret: SecretDecoder) -> object:
     if not isinstance(data, Mapping):
         raise CommandError(prefix.rstrip(".") or cls.__name__, "must be an object")
-    hints = get_type_hints(cls)
-    known = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints, known = _shape(cls)
     for key in data:
         if key not in known:
             raise CommandError(f"{prefix}{key}", "unknown member")

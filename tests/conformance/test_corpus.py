@@ -55,10 +55,11 @@ def test_generated_corpus_has_at_least_200_traces_of_both_machines() -> None:
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: str(p.relative_to(RUN_CORPUS)))
 def test_trace_replays_cleanly_on_the_reference_store(path: Path) -> None:
     """Any kernel change that alters behaviour shows up here as a divergence with a diff."""
-    result = replay(read_trace(path), ReferenceAdapter)
+    trace = read_trace(path)
+    result = replay(trace, ReferenceAdapter)
     assert result.divergence is None, result.divergence.render()
     assert result.status == "passed"
-    assert result.steps == len(read_trace(path).steps)
+    assert result.steps == len(trace.steps)
 
 
 @pytest.mark.parametrize("path", NAMED, ids=lambda p: p.name)
