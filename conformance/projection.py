@@ -62,32 +62,58 @@ def project(
     }
 
 
+_KEYS = {
+    "runs": ("run_id",),
+    "attempts": ("attempt_id",),
+    "policies": ("run_id",),
+    "leases": ("attempt_id", "lease_generation"),
+    "events": ("run_id", "seq"),
+}
+
+
+def _rows(projection: Projection, table: str) -> dict[str, Mapping[str, Any]]:
+    return {"/".join(str(r[k]) for k in _KEYS[table]): r for r in projection.get(table, [])}
+
+
+def _compare(before: Projection, after: Projection) -> list[tuple[str, str, object, object]]:
+    """(row label, field or "" for a whole row, before value, after value) for every
+    difference; a missing row is `None`."""
+    found: list[tuple[str, str, object, object]] = []
+    for table in TABLES:
+        want, got = _rows(before, table), _rows(after, table)
+        for k in sorted(want.keys() - got.keys()):
+            found.append((f"{table}[{k}]", "", want[k], None))
+        for k in sorted(got.keys() - want.keys()):
+            found.append((f"{table}[{k}]", "", None, got[k]))
+        for k in sorted(want.keys() & got.keys()):
+            for name in sorted(want[k].keys() | got[k].keys()):
+                a, b = want[k].get(name), got[k].get(name)
+                if a != b:
+                    found.append((f"{table}[{k}]", name, a, b))
+    return found
+
+
 def diff(expected: Projection, actual: Projection) -> list[str]:
     """Field-level differences, one line each: `table[key].field: expected != actual`."""
     if expected == actual:  # the common case, decided at C speed
         return []
     lines: list[str] = []
-    keys = {
-        "runs": ("run_id",),
-        "attempts": ("attempt_id",),
-        "policies": ("run_id",),
-        "leases": ("attempt_id", "lease_generation"),
-        "events": ("run_id", "seq"),
-    }
-    for table in TABLES:
+    for row, name, a, b in _compare(expected, actual):
+        if not name:
+            lines.append(f"{row}: missing" if b is None else f"{row}: unexpected row")
+        else:
+            lines.append(f"{row}.{name}: expected {a!r}, got {b!r}")
+    return lines
 
-        def key(row: Mapping[str, Any], _t: str = table) -> str:
-            return "/".join(str(row[k]) for k in keys[_t])
 
-        want = {key(r): r for r in expected.get(table, [])}
-        got = {key(r): r for r in actual.get(table, [])}
-        for k in sorted(want.keys() - got.keys()):
-            lines.append(f"{table}[{k}]: missing")
-        for k in sorted(got.keys() - want.keys()):
-            lines.append(f"{table}[{k}]: unexpected row")
-        for k in sorted(want.keys() & got.keys()):
-            for field in sorted(want[k].keys() | got[k].keys()):
-                a, b = want[k].get(field), got[k].get(field)
-                if a != b:
-                    lines.append(f"{table}[{k}].{field}: expected {a!r}, got {b!r}")
+def changes(before: Projection, after: Projection) -> list[str]:
+    """What a step changed, one line each: `table[key]: new row`, `table[key].field: a -> b`."""
+    if before == after:
+        return []
+    lines: list[str] = []
+    for row, name, a, b in _compare(before, after):
+        if not name:
+            lines.append(f"{row}: new row" if a is None else f"{row}: removed")
+        else:
+            lines.append(f"{row}.{name}: {a!r} -> {b!r}")
     return lines

@@ -1,0 +1,200 @@
+"""`qlk`: the conformance suite from the command line (this project's main job).
+
+    qlk conform                          # the bundled corpus against the edge runner (SQLite)
+    qlk conform --runner cluster --dsn postgresql://postgres@127.0.0.1:5432/test
+    qlk conform --runner mypkg.adapter:make_adapter --traces DIR --junit report.xml --jobs 2
+    qlk traces show conformance/traces/run/RETRY-07-retry-wait-not-before-due.jsonl
+    qlk traces generate [--check]        # regenerate the corpus (source checkout only)
+
+Exit status: 0 when every applicable trace passed, 1 on any divergence, 2 on bad usage (with a
+one-line error that says what to fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+from conformance.corpus import RUN_CORPUS, read_trace, trace_paths
+from conformance.factories import FactoryError, resolve
+from conformance.projection import changes
+from conformance.replay import step_label
+from conformance.report import ProgressBar, render_divergences, run_corpus, write_junit
+from conformance.trace import Step, TraceFormatError, canonical
+
+EXIT_DIVERGED = 1
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad usage: reported as one line on stderr with exit status 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="qlk", description="ql3-kernel conformance suite: replay traces against a runner."
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    conform = commands.add_parser(
+        "conform", help="replay a trace corpus against a runner and report divergences"
+    )
+    conform.add_argument(
+        "--runner",
+        default="edge",
+        help="edge (default, SQLite), cluster (PostgreSQL), reference, or package.module:factory",
+    )
+    conform.add_argument(
+        "--traces", type=Path, default=None, help="a trace directory (default: bundled corpus)"
+    )
+    conform.add_argument(
+        "--dsn", default=None, help="PostgreSQL DSN for --runner cluster (default: $QL3_PG_DSN)"
+    )
+    conform.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report")
+    conform.add_argument("--jobs", type=int, default=1, help="replay in N processes")
+    conform.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+
+    traces = commands.add_parser("traces", help="inspect or regenerate traces")
+    trace_commands = traces.add_subparsers(dest="traces_command", metavar="ACTION")
+    show = trace_commands.add_parser("show", help="a readable view of one trace")
+    show.add_argument("file", type=Path)
+    show.add_argument(
+        "--projection", action="store_true", help="print the full projection after each step"
+    )
+    generate = trace_commands.add_parser(
+        "generate", help="regenerate the bundled corpus (python -m model_tests.corpus)"
+    )
+    generate.add_argument("--check", action="store_true", help="compare only; exit 1 on drift")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
+    stream = out if out is not None else sys.stdout
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "conform":
+            return _conform(args, stream)
+        if args.command == "traces" and args.traces_command == "show":
+            return _show(args.file, stream, full=args.projection)
+        if args.command == "traces" and args.traces_command == "generate":
+            return _generate(args.check)
+        parser.print_help(stream)
+        return EXIT_USAGE
+    except (UsageError, FactoryError) as exc:
+        _fail(str(exc))
+    except BrokenPipeError:  # `qlk traces show F | head`: the reader left; not an error
+        sys.stderr.close()
+        return 0
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"qlk: error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_USAGE)
+
+
+def _conform(args: argparse.Namespace, stream: TextIO) -> int:
+    if args.jobs < 1:
+        raise UsageError("--jobs must be 1 or more")
+    root: Path = args.traces if args.traces is not None else RUN_CORPUS
+    if not root.is_dir():
+        raise UsageError(f"--traces {root}: not a directory")
+    paths = trace_paths(root)
+    if not paths:
+        raise UsageError(f"--traces {root}: no *.jsonl or *.jsonl.gz trace files")
+    dsn = args.dsn or os.environ.get("QL3_PG_DSN")
+    resolve(args.runner, dsn=dsn)  # a bad runner name fails before any output
+    progress = None if args.quiet else ProgressBar()
+    print(f"qlk conform: {len(paths)} traces from {root} against {args.runner}", file=stream)
+    try:
+        summary = run_corpus(
+            paths, args.runner, root=root, dsn=dsn, jobs=args.jobs, progress=progress
+        )
+    except TraceFormatError as exc:
+        raise UsageError(f"malformed trace: {exc}") from None
+    print(summary.table(args.runner), file=stream)
+    not_applicable = [o for o in summary.outcomes if o.result.status == "not_applicable"]
+    if not_applicable:
+        needed = sorted({c for o in not_applicable for c in o.result.missing_capabilities})
+        print(
+            f"{len(not_applicable)} traces not applicable (runner lacks: {', '.join(needed)})",
+            file=stream,
+        )
+    if args.junit is not None:
+        write_junit(summary, args.runner, args.junit)
+        print(f"JUnit report: {args.junit}", file=stream)
+    if summary.diverged:
+        print(render_divergences(summary.diverged), file=stream)
+        return EXIT_DIVERGED
+    return 0
+
+
+def _show(path: Path, stream: TextIO, *, full: bool) -> int:
+    if not path.is_file():
+        raise UsageError(f"{path}: no such trace file")
+    try:
+        trace = read_trace(path)
+    except TraceFormatError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    header = trace.header
+    print(
+        f"{header.name}  [{header.component}, profile {header.profile}, seed {header.seed}]",
+        file=stream,
+    )
+    if header.description:
+        print(f"  {header.description}", file=stream)
+    if header.capabilities:
+        print(f"  needs: {', '.join(header.capabilities)}", file=stream)
+    previous: dict[str, list[dict[str, Any]]] = {
+        "runs": [],
+        "attempts": [],
+        "policies": [],
+        "leases": [],
+        "events": [],
+    }
+    for step in trace.steps:
+        print(_step_line(step), file=stream)
+        for change in changes(previous, step.expect.projection):
+            print(f"      {change}", file=stream)
+        if full:
+            print(f"      projection {canonical(step.expect.projection)}", file=stream)
+        previous = step.expect.projection
+    return 0
+
+
+def _step_line(step: Step) -> str:
+    fault = f" [{step.fault.kind.value}]" if step.fault is not None else ""
+    expect = step.expect.kind + (f" {step.expect.code}" if step.expect.code else "")
+    detail = ""
+    if step.command is not None:
+        keys = ("run_id", "attempt_id", "new_attempt_id")
+        ids = [str(step.command.args[k]) for k in keys if k in step.command.args]
+        detail = " " + " ".join(ids)
+    elif step.page is not None and step.expect.page is not None:
+        page = step.expect.page
+        if "items" in page:
+            detail = f" -> {[item[0] for item in page['items']]} has_more={page['has_more']}"
+        else:
+            counts = {k: v for k, v in page.items() if v and k != "has_more"}
+            detail = f" -> {counts} has_more={page['has_more']}"
+    return f"{step.step:4d} t={step.observed_at_ms} {step_label(step)}{detail}{fault}: {expect}"
+
+
+def _generate(check: bool) -> int:
+    try:
+        corpus = importlib.import_module("model_tests.corpus.__main__")
+    except ImportError:
+        raise UsageError(
+            "traces generate needs a source checkout (model_tests/): run it from the repository"
+        ) from None
+    result: int = corpus.main(["--check"] if check else [])
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The conformance suite as a pytest plugin (entry point `pytest11`, name `ql3`).
+
+An adapter author runs
+
+    pytest --ql3-runner=mypkg.adapter:make_adapter [--ql3-traces DIR] [--ql3-dsn DSN]
+
+and gets one test per trace: a divergence fails with the step, the command, both outcomes and
+the field-level diff; a trace needing a capability the runner does not declare is skipped with
+the capability named (reported, never passed). Without `--ql3-runner` the plugin adds nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.corpus import RUN_CORPUS, read_trace, trace_paths
+from conformance.factories import AdapterFactory, FactoryError, resolve
+from conformance.replay import replay
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("ql3", "ql3-kernel conformance")
+    group.addoption(
+        "--ql3-runner",
+        default=None,
+        help="replay the trace corpus against this runner: edge, cluster, reference or "
+        "package.module:factory (one test per trace)",
+    )
+    group.addoption(
+        "--ql3-traces", default=None, help="trace directory (default: the bundled corpus)"
+    )
+    group.addoption(
+        "--ql3-dsn", default=None, help="PostgreSQL DSN for the cluster runner ($QL3_PG_DSN)"
+    )
+
+
+class TraceItem(pytest.Item):
+    """One trace replayed against the runner under test."""
+
+    def __init__(self, *, path_in_corpus: Path, factory: AdapterFactory, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.trace_path = path_in_corpus
+        self.factory = factory
+
+    def runtest(self) -> None:
+        result = replay(read_trace(self.trace_path), self.factory)
+        if result.missing_capabilities:
+            pytest.skip("not applicable: needs " + ", ".join(result.missing_capabilities))
+        if result.divergence is not None:
+            raise TraceDivergedError(result.divergence.render())
+        assert result.status == "passed"
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, TraceDivergedError):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.trace_path, 0, f"trace {self.name}"
+
+
+class TraceDivergedError(AssertionError):
+    """The runner's outcome or state differed from the trace's expectation."""
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    spec = config.getoption("--ql3-runner")
+    if not spec:
+        return
+    dsn = config.getoption("--ql3-dsn") or os.environ.get("QL3_PG_DSN")
+    try:
+        factory = resolve(spec, dsn=dsn)
+    except FactoryError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    option = config.getoption("--ql3-traces")
+    root = Path(option) if option else RUN_CORPUS
+    paths = trace_paths(root)
+    if not paths:
+        raise pytest.UsageError(f"--ql3-traces {root}: no *.jsonl or *.jsonl.gz trace files")
+    for path in paths:
+        items.append(
+            TraceItem.from_parent(
+                session,
+                name=f"ql3[{spec}]::{path.relative_to(root)}",
+                path_in_corpus=path,
+                factory=factory,
+            )
+        )
