@@ -59,6 +59,7 @@ from kernel.specs.codes import Code
 from kernel.specs.states import (
     FINAL_ATTEMPT_STATUSES,
     FINAL_LEASE_STATUSES,
+    Actor,
     AttemptStatus,
     LeaseStatus,
     ReleaseReason,
@@ -665,10 +666,16 @@ class Harness:
                     isinstance(command, FailStart)
                     and lease.release_reason is ReleaseReason.START_FAILED
                 )
+                # The fence fails at check 8 (status `leased`), the first check past the
+                # identity: any other answer (a completion conflict, a replay) means the code
+                # looked at a released lease as if it could still speak for the Attempt. (The
+                # quality tier's `completion_replay_on_released_lease` survived the kind-only
+                # check in the lifecycle model.)
                 require(
-                    rec.kind == "rejected" or (start_failed_replay and rec.kind == "replayed"),
+                    (rec.kind, rec.code) == ("rejected", Code.LEASE_NOT_LEASED.value)
+                    or (start_failed_replay and rec.kind == "replayed"),
                     "LEASE-09",
-                    f"released lease's fence was not rejected: {rec.where()}",
+                    f"released lease's fence did not fail LEASE_NOT_LEASED: {rec.where()}",
                 )
         return n
 
@@ -851,6 +858,13 @@ class Harness:
         new_events = rec.after.events.get(command.run_id, ())[
             len(rec.before.events.get(command.run_id, ())) :
         ]
+        # RETRY-19 (found by the quality tier: a planted `run.retry_wait` Event by the scheduler
+        # survived every model): every Event lost retry appends is by the reconciler.
+        require(
+            all(e.actor is Actor.RECONCILER for e in new_events),
+            "RETRY-19",
+            f"lost-retry events by {[e.actor.value for e in new_events]}: {rec.where()}",
+        )
         if code in oracle.LOST_RETRY_FAILURE_CODES:
             require(
                 after.run.status is RunStatus.FAILED
