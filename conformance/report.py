@@ -50,17 +50,19 @@ class Summary:
     def diverged(self) -> list[Outcome]:
         return [o for o in self.outcomes if o.result.status == "diverged"]
 
-    def properties(self) -> tuple[set[str], set[str]]:
-        """(covered, named): SPEC items whose named traces all passed, and all items named."""
-        named: dict[str, bool] = {}
+    def properties(self) -> tuple[set[str], set[str], set[str]]:
+        """(covered, inapplicable, named): SPEC items with a passing named trace and none
+        diverged; items whose named traces were all not applicable; every item named."""
+        statuses: dict[str, set[str]] = {}
         for o in self.outcomes:
             if o.spec_id is not None:
-                ok = o.result.status == "passed"
-                named[o.spec_id] = named.get(o.spec_id, True) and ok
-        return {k for k, v in named.items() if v}, set(named)
+                statuses.setdefault(o.spec_id, set()).add(o.result.status)
+        covered = {k for k, v in statuses.items() if "passed" in v and "diverged" not in v}
+        inapplicable = {k for k, v in statuses.items() if v == {"not_applicable"}}
+        return covered, inapplicable, set(statuses)
 
     def table(self, runner: str) -> str:
-        covered, named = self.properties()
+        covered, inapplicable, named = self.properties()
         rows = [
             ("runner", runner),
             ("traces", str(len(self.outcomes))),
@@ -70,6 +72,7 @@ class Summary:
             ("steps replayed", f"{self.steps:,}"),
             ("faults injected", f"{self.faults:,}"),
             ("properties covered", f"{len(covered)} of {len(named)} named"),
+            ("  not applicable", str(len(inapplicable))),
             ("time", f"{self.seconds:.1f} s"),
         ]
         width = max(len(k) for k, _ in rows)

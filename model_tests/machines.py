@@ -417,16 +417,15 @@ class ModelMachine(RuleBasedStateMachine):
 
     def trace(self) -> Trace:
         """The recorded trace, its header's capabilities listing what the steps need (the
-        capability names of `conformance.adapter.ReferenceAdapter`)."""
+        capability names of `conformance.adapter.ReferenceAdapter`). Every runner persists
+        every kernel command, recovery commands included (the kernel decides, the store keeps
+        rows); capabilities name what only some runners have: fault injection and the sources
+        and page semantics of page steps (decision M-3)."""
         trace = self.h.trace()
-        needs: set[str] = set()
+        needs: set[str] = set(trace.header.capabilities)
         for step in trace.steps:
             if step.fault is not None:
                 needs.add("faults")
-            if step.command is not None and step.command.name == "recover_runtime":
-                needs.add("cluster_recovery")
-            if step.command is not None and step.command.name == "recover_local_startup":
-                needs.add("local_recovery")
         header = dataclasses.replace(trace.header, capabilities=tuple(sorted(needs)))
         return Trace(header, trace.steps)
 

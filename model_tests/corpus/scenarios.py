@@ -26,6 +26,7 @@ from kernel import (
     ExpireWithLease,
     FailOrphanedCreated,
     GrantLease,
+    LiveEvidence,
     LostRetryStep,
     NotRunningEvidence,
     PolicyDefinition,
@@ -569,10 +570,11 @@ def rec_02(s: Scenario) -> None:
 
 
 @scenario(
-    "REC-03-expired-without-evidence-stays-and-is-reselected",
+    "REC-03-expired-without-evidence-stays-unchanged",
     "REC-03: on cluster an expired started Attempt without trusted not-running evidence stays "
-    "unchanged (no evidence: evidence_required; unknown: rejected; live: adopted) and is "
-    "selected again by the next cycle.",
+    "unchanged: expiry and recovery without evidence are Replayed(evidence_required), unknown "
+    "evidence is rejected with its reason, live evidence adopts; nothing is written. (The "
+    "reselection by the cluster source is the -reselected- trace.)",
     profile=Profile.CLUSTER,
 )
 def rec_03(s: Scenario) -> None:
@@ -580,11 +582,31 @@ def rec_03(s: Scenario) -> None:
     aid = s.launched("r1", w, NO_BACKOFF)
     s.tick(LEASE_MS)
     s.expire("r1", aid, expect="replayed:evidence_required")
+    s.do(RecoverRuntime("r1", aid, None), "replayed:evidence_required")
+    s.do(RecoverRuntime("r1", aid, UnknownEvidence(UnknownReason.PROBE_FAILED)), "rejected")
+    s.do(RecoverRuntime("r1", aid, LiveEvidence()), "replayed:live")
+    s.tick(LEASE_MS)
+    s.do(RecoverRuntime("r1", aid, None), "replayed:evidence_required")
+    assert s.agg("r1").run.status.value == "running"
+
+
+@scenario(
+    "REC-03-expired-without-evidence-reselected-by-cluster-source",
+    "REC-03: the cluster source selects the expired started Attempt again in every cycle until "
+    "trusted evidence resolves it; after not-running evidence it is lost and no longer selected.",
+    profile=Profile.CLUSTER,
+)
+def rec_03_source(s: Scenario) -> None:
+    w = worker()
+    aid = s.launched("r1", w, NO_BACKOFF)
+    s.tick(LEASE_MS)
     s.query("runtime_recovery", ["r1"])
     s.do(RecoverRuntime("r1", aid, None), "replayed:evidence_required")
     s.do(RecoverRuntime("r1", aid, UnknownEvidence(UnknownReason.PROBE_FAILED)), "rejected")
+    s.tick(1_000)
     s.query("runtime_recovery", ["r1"])
-    assert s.agg("r1").run.status.value == "running"
+    s.do(RecoverRuntime("r1", aid, NotRunningEvidence()), "applied:lost")
+    s.query("runtime_recovery", [])
 
 
 @scenario(
@@ -600,9 +622,7 @@ def rec_04(s: Scenario) -> None:
     recover = RecoverRuntime("r1", aid, NotRunningEvidence())
     s.all_faults(recover)
     s.do(recover, "applied:lost")
-    agg = s.agg("r1")
-    assert agg.leased_lease(aid) is None
-    s.query("runtime_recovery", [])
+    assert s.agg("r1").leased_lease(aid) is None
 
 
 @scenario(
@@ -618,7 +638,6 @@ def rec_05(s: Scenario) -> None:
     s.tick(LEASE_MS)
     s.expire("r1", aid, expect="applied:released")
     before = list(s.agg("r1").leases)
-    s.query("runtime_recovery", ["r1"])
     s.do(RecoverRuntime("r1", aid, NotRunningEvidence()), "applied:lost")
     assert list(s.agg("r1").leases) == before
 
@@ -639,12 +658,9 @@ def rec_06(s: Scenario) -> None:
     s.lost_retry_page({"scanned": 1, "scheduled": 1}, fail_closed=True)
 
 
-@scenario(
-    "REC-07-workflow-runs-never-selected-by-recovery",
-    "REC-07: ordinary local startup recovery and the cluster source never select a Workflow "
-    "aggregate Run, even one with a started local Attempt or an expired lease.",
-)
-def rec_07(s: Scenario) -> None:
+def workflow_and_ordinary(s: Scenario) -> None:
+    """An ordinary and a Workflow local Run running, and a Workflow remote Run whose lease ran
+    out while starting."""
     w = worker()
     local_running(s, "ordinary")
     local_running(s, "wf-local", kind=RunKind.WORKFLOW)
@@ -652,7 +668,28 @@ def rec_07(s: Scenario) -> None:
     s.grant("wf-remote", aid, w)
     s.starting("wf-remote", aid, w)
     s.tick(LEASE_MS)
+
+
+@scenario(
+    "REC-07-workflow-runs-never-selected-by-local-startup",
+    "REC-07: ordinary local startup recovery never selects a Workflow aggregate Run, even one "
+    "with a started local Attempt; the ordinary Run is selected.",
+)
+def rec_07(s: Scenario) -> None:
+    workflow_and_ordinary(s)
     s.query("local_startup", ["ordinary"])
+    s.reopen()
+    s.query("local_startup", ["ordinary"], limit=1)
+
+
+@scenario(
+    "REC-07-workflow-runs-never-selected-by-cluster-source",
+    "REC-07: the cluster runtime recovery source never selects a Workflow aggregate Run, even "
+    "one whose lease expired while starting; the ordinary started Run without a lease is.",
+    profile=Profile.CLUSTER,
+)
+def rec_07_cluster(s: Scenario) -> None:
+    workflow_and_ordinary(s)
     s.query("runtime_recovery", ["ordinary"])
 
 
@@ -674,10 +711,9 @@ def rec_09(s: Scenario) -> None:
 
 
 @scenario(
-    "REC-12-orphaned-created-failed-locally-never-by-cluster",
+    "REC-12-orphaned-created-failed-by-local-startup",
     "REC-12: local startup fails a created Run older than the process with "
-    "RUN_ORPHANED_CREATED; a Run created after the process started is left; the cluster "
-    "source never selects a created Run.",
+    "RUN_ORPHANED_CREATED; a Run created after the process started is left alone.",
 )
 def rec_12(s: Scenario) -> None:
     s.do(CreateRun("old", "project", "task", 1, "shell"), "applied")
@@ -685,12 +721,22 @@ def rec_12(s: Scenario) -> None:
     started = s.now
     s.tick(1)
     s.do(CreateRun("new", "project", "task", 1, "shell"), "applied")
-    s.query("runtime_recovery", [])
     s.query("orphaned_created", ["old"], process_started_at_ms=started)
     s.do(FailOrphanedCreated("old", started), "applied")
     s.do(FailOrphanedCreated("new", started), "raced:NOT_ELIGIBLE")
     s.query("orphaned_created", [], process_started_at_ms=started)
     assert s.agg("old").run.error_code == "RUN_ORPHANED_CREATED"
+
+
+@scenario(
+    "REC-12-cluster-source-never-selects-created-runs",
+    "REC-12: the cluster runtime recovery source never selects a created Run, however old.",
+    profile=Profile.CLUSTER,
+)
+def rec_12_cluster(s: Scenario) -> None:
+    s.do(CreateRun("old", "project", "task", 1, "shell"), "applied")
+    s.tick(10 * LEASE_MS)
+    s.query("runtime_recovery", [])
 
 
 @scenario(
