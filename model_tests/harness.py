@@ -14,12 +14,15 @@ records delivered since that invariant last ran. A broken property raises `Model
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from conformance.adapter import StepResult
 from conformance.faults import Fault, FaultKind
+from conformance.pages import PageRequest, SourceQuery
 from conformance.projection import project
 from conformance.recorder import Recorder
 from conformance.trace import (
@@ -201,7 +204,9 @@ class LazyRecorder(Recorder):
 
     def __init__(self, header: TraceHeader, names: TokenNames | None = None) -> None:
         super().__init__(header, names)
-        self._log: list[tuple[TraceCommand | None, int, Fault | None, StepResult, Snapshot]] = []
+        self._log: list[
+            tuple[TraceCommand | None, int, Fault | None, StepResult, Snapshot, PageRequest | None]
+        ] = []
         self.state = EMPTY
 
     def step(
@@ -214,20 +219,34 @@ class LazyRecorder(Recorder):
         aggregates = {agg.run.run_id: agg for agg in store.aggregates()}
         events = {run_id: tuple(store.events(run_id)) for run_id in aggregates}
         self.state = Snapshot(aggregates, events)
-        self._log.append((encoded, observed_at_ms, fault, result, self.state))
+        self._log.append((encoded, observed_at_ms, fault, result, self.state, None))
+        return result
+
+    def page(
+        self, request: PageRequest, observed_at_ms: int, fault: Fault | None = None
+    ) -> StepResult:
+        """A page step (a source query), kept like a command step."""
+        result = self.adapter.page(request, observed_at_ms, fault)
+        store = self.adapter.store
+        aggregates = {agg.run.run_id: agg for agg in store.aggregates()}
+        events = {run_id: tuple(store.events(run_id)) for run_id in aggregates}
+        self.state = Snapshot(aggregates, events)
+        self.capabilities.add(request.capability)
+        self._log.append((None, observed_at_ms, fault, result, self.state, request))
         return result
 
     def trace(self) -> Trace:
         steps: list[Step] = list(self.steps[: len(self.steps)])
         for index in range(len(steps), len(self._log)):
-            encoded, at, fault, result, state = self._log[index]
+            encoded, at, fault, result, state, request = self._log[index]
             projection = state.projection()
             expect = Expectation(
-                result.kind, result.code, projection, projection_digest(projection)
+                result.kind, result.code, projection, projection_digest(projection), result.page
             )
-            steps.append(Step(index + 1, encoded, at, expect, fault))
+            steps.append(Step(index + 1, encoded, at, expect, fault, request))
         self.steps = steps
-        return Trace(self.header, tuple(steps))
+        header = dataclasses.replace(self.header, capabilities=tuple(sorted(self.capabilities)))
+        return Trace(header, tuple(steps))
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,6 +393,14 @@ class Harness:
 
     def reopen(self) -> Record:
         return self.send(None, fault=Fault(FaultKind.REOPEN))
+
+    def query(self, request: SourceQuery) -> dict[str, Any]:
+        """One page of a source at the model's clock, recorded as a `query` trace step. It
+        writes nothing, so it makes no delivery record."""
+        result = self.recorder.page(request, self.now)
+        self.state = self.recorder.state
+        assert result.page is not None
+        return result.page
 
     def effect_count(self, command: Command) -> int:
         """How many effects the command would write now (0 unless it applies)."""

@@ -51,6 +51,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from conformance.pages import SourceQuery
 from conformance.trace import Trace, TraceHeader, dumps
 from kernel import (
     AcknowledgeRunning,
@@ -214,10 +215,12 @@ REPLAY_VARIANTS = (
     "outcome",
     "exit_code",
     "version",
+    "older_version",  # LEASE-03: an older fence of the same lease is a change, not a replay
     "token",
     "session",
 )
 PICK_RANGE = 256
+PAGE_LIMITS = (1, 2, 16)  # page sizes (P-1): 1 and 2 make has_more and the cut-off matter
 PICKS = st.tuples(*(st.integers(0, PICK_RANGE - 1) for _ in range(6)))
 
 LIFECYCLE_POLICIES: tuple[PolicyDefinition | None, ...] = (
@@ -1178,6 +1181,32 @@ class RunLifecycleMachine(ModelMachine):
         chosen = target or run
         self.deliver(LostRetryStep(chosen, self._new_attempt_id(chosen)))
 
+    @rule(limit=_s(PAGE_LIMITS), picks=PICKS)
+    def lost_retry_page(self, limit: int, picks: tuple[int, ...]) -> None:
+        """§1.8.2: one lost-retry page: the source's page, checked against the model's own
+        reading (eligibility, lost before due retry_wait, never a Run before it is due, at most
+        `limit`, exact `has_more`), then one transaction per candidate in page order, each
+        with its own checks; sometimes a candidate's response is lost and it is delivered
+        again."""
+        self._step()
+        p = Picks(picks)
+        page = self.h.query(SourceQuery("lost_retry", limit))
+        expected = oracle.lost_retry_source(self.h.state.aggregates, self.now)
+        got = [item[0] for item in page["items"]]
+        require(
+            got == expected[:limit],
+            "RETRY-15",
+            f"lost-retry page {got}, the SPEC's order and eligibility give {expected[:limit]}",
+        )
+        require(
+            page["has_more"] == (len(expected) > limit),
+            "RETRY-13",
+            f"has_more {page['has_more']} with {len(expected)} candidates and limit {limit}",
+        )
+        for run_id in got:
+            mode = "lost_response" if p.next() % 5 == 0 else "normal"
+            self.deliver(LostRetryStep(run_id, self._new_attempt_id(run_id)), mode)
+
     @rule(
         run=runs,
         runtime=_s(BOOLS),
@@ -1323,8 +1352,12 @@ class RunLifecycleMachine(ModelMachine):
             command = dataclasses.replace(command, outcome=p.choice(others))
         elif variant == "exit_code":
             command = dataclasses.replace(command, exit_code=(committed.exit_code or 0) + 3)
-        elif variant == "version":
-            changed = dataclasses.replace(fence, expected_version=fence.expected_version + 1)
+        elif variant in ("version", "older_version"):
+            step = 1 if variant == "version" else -1
+            version = max(1, fence.expected_version + step)
+            if version == fence.expected_version:
+                version += 1
+            changed = dataclasses.replace(fence, expected_version=version)
             command = dataclasses.replace(command, fence=changed)
         elif variant == "token":
             forged = self.h.names.token("replay-forged")
@@ -1386,6 +1419,7 @@ class RunLifecycleMachine(ModelMachine):
         ),
         DriverRule("cancellation", {"run": RUNS_REF, "reason": CANCEL_REASONS, "picks": PICKS_REF}),
         DriverRule("lost_retry", {"run": RUNS_REF, "picks": PICKS_REF}),
+        DriverRule("lost_retry_page", {"limit": PAGE_LIMITS, "picks": PICKS_REF}),
         DriverRule(
             "recover",
             {

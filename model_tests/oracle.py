@@ -245,6 +245,29 @@ def lost_retry_eligible(aggregate: RunAggregate) -> bool:
     )
 
 
+def lost_retry_source(aggregates: Mapping[str, RunAggregate], at_ms: int) -> list[str]:
+    """§1.8.2 read independently of `kernel.selection`: every eligible `lost` Run by
+    (latest Attempt's finish, run id), then every eligible `retry_wait` Run already due
+    (`next_attempt_at_ms <= now`, RETRY-07) by (due time, run id); lost first (RETRY-15);
+    Workflow, non-runtime and not-lost-latest Runs never (RETRY-12)."""
+    lost: list[tuple[int, str]] = []
+    due: list[tuple[int, str]] = []
+    for run_id, agg in aggregates.items():
+        if not lost_retry_eligible(agg):
+            continue
+        latest = agg.latest_attempt
+        assert latest is not None
+        if agg.run.status is RunStatus.LOST:
+            lost.append((latest.finished_at_ms or 0, run_id))
+        elif (
+            agg.policy is not None
+            and agg.policy.next_attempt_at_ms is not None
+            and agg.policy.next_attempt_at_ms <= at_ms
+        ):
+            due.append((agg.policy.next_attempt_at_ms, run_id))
+    return [run_id for _, run_id in sorted(lost)] + [run_id for _, run_id in sorted(due)]
+
+
 def retry_base_ms(aggregate: RunAggregate, latest: Attempt) -> int:
     """§1.8.1: `base = max(run.created_at, latest.created_at, latest.finished_at)`."""
     finished = latest.finished_at_ms if latest.finished_at_ms is not None else 0
