@@ -1,0 +1,59 @@
+"""The backdoor reader (SPEC §7, ARCHITECTURE rule 6).
+
+It opens its own read-only connection to the database file and reads the tables with the
+statements of `sql/projection.sql`, bypassing the runner's loads and row mapping, so a runner
+cannot hide a wrong row; and, being another connection, it sees only what was committed. It
+builds exactly the canonical projection of `conformance.projection.project`: rows as dicts keyed
+by the entity field names, sorted by primary key, enums as their values, booleans as booleans,
+Event payloads as dicts, tokens only as the digests the tables hold. Conformance only: the
+runtime's single connection (FP-2) is the store's own.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from runners.edge.named_sql import PROJECTION, STATEMENTS
+
+Projection = dict[str, list[dict[str, Any]]]
+
+#: Projection table -> its statement in `sql/projection.sql`.
+_TABLES: tuple[tuple[str, str], ...] = (
+    ("runs", "project_runs"),
+    ("attempts", "project_attempts"),
+    ("policies", "project_policies"),
+    ("leases", "project_leases"),
+    ("events", "project_events"),
+)
+
+
+def _convert(table: str, row: dict[str, Any]) -> dict[str, Any]:
+    if table == "policies":
+        row["retry_on_lost"] = bool(row["retry_on_lost"])
+    elif table == "events":
+        row["payload"] = json.loads(row["payload"])
+    return row
+
+
+def read_only_uri(path: Path) -> str:
+    return path.resolve().as_uri() + "?mode=ro"
+
+
+def project_file(path: Path) -> Projection:
+    """The canonical projection of the committed state of the file at `path`."""
+    conn = sqlite3.connect(read_only_uri(path), uri=True, isolation_level=None)
+    with closing(conn):
+        conn.execute(STATEMENTS["begin_deferred"])  # one snapshot for all five tables
+        out: Projection = {}
+        for table, statement in _TABLES:
+            cursor = conn.execute(PROJECTION[statement])
+            names = [d[0] for d in cursor.description]
+            out[table] = [
+                _convert(table, dict(zip(names, row, strict=True))) for row in cursor.fetchall()
+            ]
+        conn.execute(STATEMENTS["commit"])
+    return out

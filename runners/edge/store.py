@@ -1,0 +1,302 @@
+"""The edge runner's store: the storage port of `runners.engine` on one SQLite file.
+
+Thin by design (ARCHITECTURE rules 1, 4, 5): a transaction loads the aggregate with a few
+SELECTs, the engine calls the kernel, and each effect is one named statement
+(`sql/statements.sql`) whose WHERE clause re-checks the effect's guard. Zero rows affected, or an
+insert that collides with a primary key, a unique key or a vanished parent, raises
+`StaleWrite`: a concurrent writer won and the engine reports `Raced`. Nothing here inspects a
+status to decide what happens next; candidate selection is the SQL of `sql/sources.sql`, which
+mirrors `kernel.selection`.
+
+Durability (`synchronous`, see `runners.edge.connection` for the whole set-up): the default
+`FULL` fsyncs the WAL at every commit, so no acknowledged transition is lost on power loss, at
+the cost of one fsync per transaction; `NORMAL` syncs only at checkpoints (never corrupts, but
+power loss may roll back the last acknowledged commits); `EXTRA` is `FULL` in WAL mode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import sqlite3
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from kernel import (
+    AppendEvent,
+    Attempt,
+    Effect,
+    Event,
+    InsertAttempt,
+    InsertLease,
+    InsertPolicy,
+    InsertRun,
+    Lease,
+    Run,
+    RunAggregate,
+    RunRetryPolicy,
+    UpdateAttempt,
+    UpdateLease,
+    UpdatePolicy,
+    UpdateRun,
+)
+from kernel.selection import Page
+from kernel.specs.states import (
+    AttemptStatus,
+    CancelReason,
+    LeaseStatus,
+    ReleaseReason,
+    RunKind,
+    RunOwner,
+    RunStatus,
+    Safety,
+)
+from runners.edge import sources
+from runners.edge.connection import DEFAULT_BUSY_TIMEOUT_MS, SqliteAuthority
+from runners.edge.named_sql import STATEMENTS
+from runners.edge.projection import Projection, project_file
+from runners.engine import StaleWrite
+
+T = TypeVar("T")
+
+#: Integrity failures that mean "another writer got there first", never a success.
+STALE_CONSTRAINTS: Final = frozenset(
+    {
+        "SQLITE_CONSTRAINT_PRIMARYKEY",
+        "SQLITE_CONSTRAINT_UNIQUE",
+        "SQLITE_CONSTRAINT_FOREIGNKEY",
+    }
+)
+
+# -- rows <-> entities ----------------------------------------------------------------------
+_RUN_TYPES: Mapping[str, Callable[[Any], Any]] = {
+    "kind": RunKind,
+    "owner": RunOwner,
+    "status": RunStatus,
+    "cancel_reason": CancelReason,
+}
+_ATTEMPT_TYPES: Mapping[str, Callable[[Any], Any]] = {"status": AttemptStatus}
+_POLICY_TYPES: Mapping[str, Callable[[Any], Any]] = {"safety": Safety, "retry_on_lost": bool}
+_LEASE_TYPES: Mapping[str, Callable[[Any], Any]] = {
+    "status": LeaseStatus,
+    "release_reason": ReleaseReason,
+}
+
+
+def _entity(
+    cls: Callable[..., T],
+    types: Mapping[str, Callable[[Any], Any]],
+    cursor: sqlite3.Cursor,
+    row: tuple[Any, ...],
+) -> T:
+    names = [d[0] for d in cursor.description]
+    fields: dict[str, Any] = {}
+    for name, value in zip(names, row, strict=True):
+        convert = types.get(name)
+        fields[name] = value if value is None or convert is None else convert(value)
+    return cls(**fields)
+
+
+_FIELD_NAMES: Mapping[type, tuple[str, ...]] = {
+    cls: tuple(f.name for f in dataclasses.fields(cls))
+    for cls in (Run, Attempt, RunRetryPolicy, Lease)
+}
+
+
+def _params(row: Run | Attempt | RunRetryPolicy | Lease) -> dict[str, Any]:
+    """Named parameters of a row: enums as their values, booleans as 0/1."""
+    out: dict[str, Any] = {}
+    for name in _FIELD_NAMES[type(row)]:
+        value = getattr(row, name)
+        if isinstance(value, enum.Enum):
+            value = value.value
+        elif isinstance(value, bool):
+            value = int(value)
+        out[name] = value
+    return out
+
+
+def _event_params(event: Event) -> dict[str, Any]:
+    payload = {k: (v.value if isinstance(v, enum.Enum) else v) for k, v in event.payload}
+    return {
+        "event_id": event.event_id,
+        "run_id": event.run_id,
+        "seq": event.seq,
+        "type": event.type,
+        "actor": event.actor.value,
+        "dedupe_key": event.dedupe_key,
+        "at_ms": event.at_ms,
+        "attempt_id": event.attempt_id,
+        "step_run_id": event.step_run_id,
+        "code": event.code,
+        "payload": canonical_payload(payload),
+    }
+
+
+def canonical_payload(payload: Mapping[str, Any]) -> str:
+    """Event payloads are stored as canonical JSON text (sorted keys, no whitespace)."""
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+# -- one transaction ------------------------------------------------------------------------
+class EdgeTransaction:
+    """One open `BEGIN IMMEDIATE` transaction (the engine's `StorageTransaction`)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def load_run(self, run_id: str) -> RunAggregate | None:
+        conn = self._conn
+        key = {"run_id": run_id}
+        cur = conn.execute(STATEMENTS["select_run"], key)
+        found = cur.fetchone()
+        if found is None:
+            return None
+        run = _entity(Run, _RUN_TYPES, cur, found)
+        cur = conn.execute(STATEMENTS["select_attempts_of_run"], key)
+        attempts = tuple(_entity(Attempt, _ATTEMPT_TYPES, cur, r) for r in cur.fetchall())
+        cur = conn.execute(STATEMENTS["select_policy_of_run"], key)
+        policy_row = cur.fetchone()
+        policy = (
+            None if policy_row is None else _entity(RunRetryPolicy, _POLICY_TYPES, cur, policy_row)
+        )
+        cur = conn.execute(STATEMENTS["select_leases_of_run"], key)
+        leases = tuple(_entity(Lease, _LEASE_TYPES, cur, r) for r in cur.fetchall())
+        return RunAggregate(run=run, attempts=attempts, policy=policy, leases=leases)
+
+    def load_run_of_attempt(self, attempt_id: str) -> RunAggregate | None:
+        found = self._conn.execute(
+            STATEMENTS["select_run_id_of_attempt"], {"attempt_id": attempt_id}
+        ).fetchone()
+        return None if found is None else self.load_run(str(found[0]))
+
+    def execute(self, effect: Effect) -> None:
+        """One effect, one named statement; a guard that no longer holds raises `StaleWrite`."""
+        if isinstance(effect, InsertRun):
+            self._write("insert_run", _params(effect.row))
+        elif isinstance(effect, UpdateRun):
+            params = _params(effect.row) | {"expected_version": effect.expected_version}
+            self._write("update_run", params)
+        elif isinstance(effect, InsertAttempt):
+            self._write("insert_attempt", _params(effect.row))
+        elif isinstance(effect, UpdateAttempt):
+            params = _params(effect.row) | {
+                "expected_status": effect.expected_status.value,
+                "expected_lease_version": effect.expected_lease_version,
+            }
+            self._write("update_attempt", params)
+        elif isinstance(effect, InsertPolicy):
+            self._write("insert_policy", _params(effect.row))
+        elif isinstance(effect, UpdatePolicy):
+            params = _params(effect.row) | {"expected_version": effect.expected_version}
+            self._write("update_policy", params)
+        elif isinstance(effect, InsertLease):
+            self._write("insert_lease", _params(effect.row))
+        elif isinstance(effect, UpdateLease):
+            params = _params(effect.row) | {
+                "expected_version": effect.expected_version,
+                "expected_status": effect.expected_status.value,
+            }
+            self._write("update_lease", params)
+        elif isinstance(effect, AppendEvent):
+            self._write("insert_event", _event_params(effect.event))
+        else:  # pragma: no cover - the Effect union is closed
+            raise TypeError(f"unknown effect {type(effect).__name__}")
+
+    def _write(self, name: str, params: Mapping[str, Any]) -> None:
+        try:
+            cursor = self._conn.execute(STATEMENTS[name], params)
+        except sqlite3.IntegrityError as exc:
+            if exc.sqlite_errorname in STALE_CONSTRAINTS:
+                raise StaleWrite(f"{name}: {exc.sqlite_errorname}") from None
+            raise
+        if cursor.rowcount != 1:
+            raise StaleWrite(f"{name}: {cursor.rowcount} rows")
+
+
+# -- the store ------------------------------------------------------------------------------
+class EdgeStore:
+    """The edge/standalone store on one SQLite file: `Storage` (`transaction()`), `Sources`
+    (the seven candidate queries), `project()` (the backdoor reader), `reopen()`, `close()`."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    ) -> None:
+        self.authority = SqliteAuthority(
+            path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms
+        )
+
+    @property
+    def path(self) -> Path:
+        return self.authority.path
+
+    # -- Storage ----------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[EdgeTransaction]:
+        with self.authority.transaction() as conn:
+            yield EdgeTransaction(conn)
+
+    # -- Sources ----------------------------------------------------------------------------
+    def lost_retry_candidates(
+        self, observed_at_ms: int, limit: int
+    ) -> Page[tuple[int, int, int, str]]:
+        with self.authority.reading() as conn:
+            return sources.lost_retry_candidates(conn, observed_at_ms, limit)
+
+    def runtime_recovery_candidates(
+        self, observed_at_ms: int, limit: int
+    ) -> Page[tuple[int, int, str]]:
+        with self.authority.reading() as conn:
+            return sources.runtime_recovery_candidates(conn, observed_at_ms, limit)
+
+    def lease_expiry_candidates(
+        self, observed_at_ms: int, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]:
+        with self.authority.reading() as conn:
+            return sources.lease_expiry_candidates(conn, observed_at_ms, limit, after)
+
+    def local_startup_candidates(
+        self, limit: int, after: tuple[str] | None = None
+    ) -> Page[tuple[str]]:
+        with self.authority.reading() as conn:
+            return sources.local_startup_candidates(conn, limit, after)
+
+    def orphaned_created_candidates(
+        self, process_started_at_ms: int, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]:
+        with self.authority.reading() as conn:
+            return sources.orphaned_created_candidates(conn, process_started_at_ms, limit, after)
+
+    def cancel_convergence_candidates(self, limit: int) -> Page[tuple[int, str]]:
+        with self.authority.reading() as conn:
+            return sources.cancel_convergence_candidates(conn, limit)
+
+    def local_dispatch_candidates(
+        self, local_executor_type: str, limit: int, after: tuple[int, int, str] | None = None
+    ) -> Page[tuple[int, int, str]]:
+        with self.authority.reading() as conn:
+            return sources.local_dispatch_candidates(conn, local_executor_type, limit, after)
+
+    # -- conformance and lifecycle ----------------------------------------------------------
+    def project(self) -> Projection:
+        """The canonical projection, read from the file by the backdoor reader (its own
+        read-only connection: it sees exactly what is committed)."""
+        if self.authority.closed:
+            raise sqlite3.ProgrammingError("the edge store is closed")
+        return project_file(self.path)
+
+    def settings(self) -> dict[str, object]:
+        return self.authority.settings()
+
+    def reopen(self) -> None:
+        self.authority.reopen()
+
+    def close(self) -> None:
+        self.authority.close()

@@ -1,0 +1,512 @@
+"""The edge runner's candidate sources against their oracle, `kernel.selection`.
+
+For random aggregates persisted into a real SQLite file (any rows the schema admits, not only
+states the kernel reaches, so the SQL must agree with the oracle everywhere), each of the seven
+SQL sources returns exactly the oracle's page: the same items in the same order, the same keys
+and cursor, the same `has_more`, for random limits 1..64 and random or walked cursors. The
+backdoor projection of the same file equals `conformance.projection.project`. And
+`EXPLAIN QUERY PLAN` shows every source query searching an index, never scanning a table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conformance.projection import project
+from kernel import (
+    AppendEvent,
+    Attempt,
+    Event,
+    InsertAttempt,
+    InsertLease,
+    InsertPolicy,
+    InsertRun,
+    Lease,
+    Run,
+    RunAggregate,
+    RunRetryPolicy,
+    selection,
+)
+from kernel.entities import PayloadValue
+from kernel.selection import Page, PageError
+from kernel.specs.states import (
+    Actor,
+    AttemptStatus,
+    CancelReason,
+    LeaseStatus,
+    ReleaseReason,
+    RunKind,
+    RunOwner,
+    RunStatus,
+    Safety,
+)
+from runners.edge.named_sql import SOURCES
+from runners.edge.store import EdgeStore, EdgeTransaction
+
+TIMES = st.integers(0, 30)  # a small range: ties in every key, broken by the ids
+MAYBE_TIME = st.none() | TIMES
+EXECUTORS = ("local", "shell")
+DIGEST = "0123456789abcdef" * 4
+# Weighted toward the states the sources select, so pages fill up and `has_more` is exercised;
+# every status still occurs.
+SELECTED_RUN_STATUSES = [
+    RunStatus.LOST,
+    RunStatus.RETRY_WAIT,
+    RunStatus.QUEUED,
+    RunStatus.DISPATCHING,
+    RunStatus.RUNNING,
+    RunStatus.CREATED,
+]
+RUN_STATUSES = st.sampled_from(SELECTED_RUN_STATUSES * 3 + list(RunStatus))
+ATTEMPT_STATUSES = st.sampled_from(
+    [AttemptStatus.LOST, AttemptStatus.CLAIMED, AttemptStatus.STARTING, AttemptStatus.RUNNING] * 3
+    + list(AttemptStatus)
+)
+LEASE_STATUSES = st.sampled_from([LeaseStatus.LEASED] * 3 + list(LeaseStatus))
+#: The latest Attempt statuses that fit a Run status (I-2), for coherent aggregates.
+FITTING: dict[RunStatus, list[AttemptStatus]] = {
+    RunStatus.CREATED: list(AttemptStatus),
+    RunStatus.QUEUED: [AttemptStatus.CLAIMED],
+    RunStatus.DISPATCHING: [AttemptStatus.CLAIMED, AttemptStatus.STARTING],
+    RunStatus.RUNNING: [AttemptStatus.RUNNING],
+    RunStatus.LOST: [AttemptStatus.LOST],
+    RunStatus.RETRY_WAIT: [AttemptStatus.LOST],
+    RunStatus.SUCCEEDED: [AttemptStatus.SUCCEEDED],
+    RunStatus.FAILED: [AttemptStatus.FAILED, AttemptStatus.LOST],
+    RunStatus.CANCELLED: [AttemptStatus.CANCELLED, AttemptStatus.CLAIMED],
+    RunStatus.TIMED_OUT: [AttemptStatus.TIMED_OUT],
+}
+
+
+#: The Attempt facts that make a `claimed` Attempt not pristine (B-33), with a value each.
+BINDING_FACTS_VALUES: dict[str, Any] = {
+    "worker_id": "w1",
+    "offer_id": "o" * 64,
+    "lease_generation": 1,
+    "executor_handle": "pid:1",
+    "started_at_ms": 3,
+    "callback_token_sha256": DIGEST,
+}
+BINDING_FACTS = sorted(BINDING_FACTS_VALUES)
+
+
+@st.composite
+def attempts_and_leases(
+    draw: st.DrawFn, run_id: str, count: int
+) -> tuple[list[Attempt], list[Lease]]:
+    attempts: list[Attempt] = []
+    leases: list[Lease] = []
+    for number in range(1, count + 1):
+        prefix = draw(st.sampled_from("abcz"))
+        attempt_id = f"{prefix}-{run_id}-{number}"
+        # Binding, offer, start and callback facts: none (pristine if claimed), exactly one
+        # (each term of "pristine" matters alone), or any.
+        shape = draw(st.sampled_from(["bare", "one", "any"]))
+        only = draw(st.sampled_from(BINDING_FACTS))
+        facts: dict[str, Any] = {
+            name: None
+            if shape == "bare" or (shape == "one" and name != only)
+            else draw(st.just(value) if shape == "one" else st.none() | st.just(value))
+            for name, value in BINDING_FACTS_VALUES.items()
+        }
+        attempts.append(
+            Attempt(
+                attempt_id=attempt_id,
+                run_id=run_id,
+                number=number,
+                status=draw(ATTEMPT_STATUSES),
+                executor_type=draw(st.sampled_from(EXECUTORS)),
+                created_at_ms=draw(TIMES),
+                worker_session_id=None if facts["worker_id"] is None else "w1-s1",
+                worker_generation=None if facts["worker_id"] is None else 1,
+                lease_version=None if facts["lease_generation"] is None else 1,
+                finished_at_ms=draw(MAYBE_TIME),
+                **facts,
+            )
+        )
+        statuses = draw(st.lists(LEASE_STATUSES, max_size=3 if shape == "any" else 0))
+        if statuses.count(LeaseStatus.LEASED) > 1:  # §1.1: at most one `leased` row per Attempt
+            first = statuses.index(LeaseStatus.LEASED)
+            statuses = [
+                LeaseStatus.RELEASED if s is LeaseStatus.LEASED and i != first else s
+                for i, s in enumerate(statuses)
+            ]
+        for generation, status in enumerate(statuses, start=1):
+            leases.append(
+                Lease(
+                    attempt_id=attempt_id,
+                    run_id=run_id,
+                    lease_generation=generation,
+                    status=status,
+                    version=generation,
+                    worker_id="w1",
+                    worker_session_id="w1-s1",
+                    worker_generation=1,
+                    token_digest=DIGEST,
+                    acquired_at_ms=0,
+                    renewed_at_ms=0,
+                    expires_at_ms=draw(TIMES),
+                    updated_at_ms=1,
+                    released_at_ms=None if status is LeaseStatus.LEASED else 2,
+                    release_reason=ReleaseReason.DECLINED
+                    if status is LeaseStatus.RELEASED
+                    else None,
+                )
+            )
+    return attempts, leases
+
+
+PAYLOAD_VALUES: st.SearchStrategy[PayloadValue] = (
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=8)
+)
+
+
+@st.composite
+def one_run(draw: st.DrawFn) -> tuple[RunAggregate, list[Event]]:
+    """One Run with its Attempts, lease rows, policy and Events."""
+    run_id = draw(st.text("rxyz019", min_size=1, max_size=3))
+    cancel_at = draw(st.none() | st.none() | TIMES)
+    status = draw(RUN_STATUSES)
+    run = Run(
+        run_id=run_id,
+        project_id="p",
+        task_id="t",
+        task_revision=1,
+        executor_type=draw(st.sampled_from(EXECUTORS)),
+        kind=draw(st.sampled_from([RunKind.ORDINARY] * 4 + [RunKind.WORKFLOW])),
+        owner=draw(st.sampled_from([RunOwner.RUNTIME] * 4 + [RunOwner.LEGACY])),
+        status=status,
+        version=3,
+        event_seq=0,
+        created_at_ms=draw(TIMES),
+        updated_at_ms=40,
+        queued_at_ms=draw(MAYBE_TIME),
+        cancel_requested_at_ms=cancel_at,
+        cancel_reason=None if cancel_at is None else CancelReason.TIMEOUT,
+    )
+    attempts, leases = draw(attempts_and_leases(run_id, draw(st.integers(0, 3))))
+    coherent = draw(st.booleans())
+    if attempts and coherent:  # often coherent: the latest Attempt fits the Run
+        fitting = draw(st.sampled_from(FITTING[status]))
+        attempts[-1] = dataclasses.replace(attempts[-1], status=fitting)
+    policy = None
+    if draw(st.booleans()) or (coherent and status is RunStatus.RETRY_WAIT):
+        due = draw(TIMES if coherent and status is RunStatus.RETRY_WAIT else MAYBE_TIME)
+        policy = RunRetryPolicy(
+            run_id, 3, draw(st.booleans()), Safety.IDEMPOTENT, 5, 20, 2, 0, 1, due
+        )
+    events = [
+        Event(
+            event_id=f"evt:{run_id}:{seq}",
+            run_id=run_id,
+            seq=seq,
+            type="run.queued",
+            actor=Actor.RECONCILER,
+            dedupe_key=f"d:{seq}",
+            at_ms=seq,
+            attempt_id=None if seq == 1 else f"a-{run_id}",
+            code="APPLIED" if seq == 2 else None,
+            payload=tuple(draw(st.dictionaries(st.sampled_from("kqz"), PAYLOAD_VALUES)).items()),
+        )
+        for seq in range(1, draw(st.integers(0, 2)) + 1)
+    ]
+    return RunAggregate(run, tuple(attempts), policy, tuple(leases)), events
+
+
+@st.composite
+def world(draw: st.DrawFn) -> tuple[list[RunAggregate], dict[str, list[Event]]]:
+    """2 to 16 Runs with distinct ids (a list of Runs shrinks by dropping Runs)."""
+    runs = draw(st.lists(one_run(), min_size=2, max_size=16, unique_by=lambda r: r[0].run.run_id))
+    return [agg for agg, _ in runs], {agg.run.run_id: events for agg, events in runs}
+
+
+def persist(
+    store: EdgeStore, aggregates: list[RunAggregate], events: dict[str, list[Event]]
+) -> None:
+    """Replace the file's rows with `aggregates`, written by the runner's own statements."""
+    with store.authority.transaction() as conn:
+        conn.execute("DELETE FROM events")
+        conn.execute("DELETE FROM run_dispatch_leases")
+        conn.execute("DELETE FROM run_retry_policies")
+        conn.execute("DELETE FROM attempts")
+        conn.execute("DELETE FROM runs")
+        tx = EdgeTransaction(conn)
+        for agg in aggregates:
+            tx.execute(InsertRun(agg.run))
+            for attempt in agg.attempts:
+                tx.execute(InsertAttempt(attempt))
+            if agg.policy is not None:
+                tx.execute(InsertPolicy(agg.policy))
+            for lease in agg.leases:
+                tx.execute(InsertLease(lease))
+            for event in events.get(agg.run.run_id, ()):
+                tx.execute(AppendEvent(event))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EdgeStore]:
+    edge = EdgeStore(tmp_path_factory.mktemp("edge-sources") / "sources.sqlite3")
+    yield edge
+    edge.close()
+
+
+def walk(source: Callable[[Any], tuple[Page[Any], Page[Any]]], start: Any) -> None:
+    """Page from `start`, following cursors until the oracle says there is no more: every page
+    of the SQL source equals the oracle's."""
+    after = start
+    for _ in range(100):
+        got, want = source(after)
+        assert got == want
+        if not want.has_more:
+            return
+        after = want.cursor
+    raise AssertionError("the oracle kept saying has_more")
+
+
+KEY_PARTS = st.tuples(TIMES, TIMES, st.text("abcrxyz-019", max_size=6))
+
+
+@pytest.mark.spec("RETRY-07", "RETRY-12", "RETRY-15", "REC-07")
+@settings(max_examples=2 * settings().max_examples)  # twice the profile's: cheap examples
+@given(
+    data=world(),
+    observed=TIMES,
+    limit=st.integers(1, 3) | st.integers(1, 64),
+    started=TIMES,
+    executor=st.sampled_from(EXECUTORS),
+    probe=KEY_PARTS,
+    pick=st.integers(0, 200),
+)
+def test_each_sql_source_returns_exactly_the_oracle_page(
+    store: EdgeStore,
+    *,
+    data: tuple[list[RunAggregate], dict[str, list[Event]]],
+    observed: int,
+    limit: int,
+    started: int,
+    executor: str,
+    probe: tuple[int, int, str],
+    pick: int,
+) -> None:
+    aggregates, events = data
+    persist(store, aggregates, events)
+    assert store.project() == project(aggregates, events)
+
+    def start_from(keys: list[Any], synthetic: Any) -> Any:
+        """No cursor, a key the oracle returns, or a key nobody has."""
+        choice = pick % 3
+        if choice == 1 and keys:
+            return keys[pick % len(keys)]
+        return None if choice == 0 else synthetic
+
+    def keys_of(page: Page[Any]) -> list[Any]:
+        return [c.key for c in page.items]
+
+    # Every time a row changes eligibility at (due, expiry), one before, and the drawn time.
+    boundaries = {observed}
+    for agg in aggregates:
+        if agg.policy is not None and agg.policy.next_attempt_at_ms is not None:
+            boundaries |= {agg.policy.next_attempt_at_ms - 1, agg.policy.next_attempt_at_ms}
+        boundaries |= {x.expires_at_ms for x in agg.leases} | {
+            x.expires_at_ms - 1 for x in agg.leases
+        }
+    for at in sorted(boundaries):
+        assert store.lost_retry_candidates(at, limit) == selection.lost_retry_candidates(
+            aggregates, at, limit
+        )
+        assert store.runtime_recovery_candidates(
+            at, limit
+        ) == selection.runtime_recovery_candidates(aggregates, at, limit)
+        assert store.lease_expiry_candidates(at, limit) == selection.lease_expiry_candidates(
+            aggregates, at, limit
+        )
+    for at in {started} | {agg.run.created_at_ms + d for agg in aggregates for d in (0, 1)}:
+        assert store.orphaned_created_candidates(
+            at, limit
+        ) == selection.orphaned_created_candidates(aggregates, at, limit)
+
+    for size in (limit, 1):  # a page of 1 makes `has_more` and every cursor count
+        assert store.lost_retry_candidates(observed, size) == selection.lost_retry_candidates(
+            aggregates, observed, size
+        )
+        assert store.runtime_recovery_candidates(
+            observed, size
+        ) == selection.runtime_recovery_candidates(aggregates, observed, size)
+        assert store.cancel_convergence_candidates(size) == selection.cancel_convergence_candidates(
+            aggregates, size
+        )
+
+        def expiry(after: Any, size: int = size) -> tuple[Page[Any], Page[Any]]:
+            return (
+                store.lease_expiry_candidates(observed, size, after),
+                selection.lease_expiry_candidates(aggregates, observed, size, after),
+            )
+
+        def startup(after: Any, size: int = size) -> tuple[Page[Any], Page[Any]]:
+            return (
+                store.local_startup_candidates(size, after),
+                selection.local_startup_candidates(aggregates, size, after),
+            )
+
+        def orphans(after: Any, size: int = size) -> tuple[Page[Any], Page[Any]]:
+            return (
+                store.orphaned_created_candidates(started, size, after),
+                selection.orphaned_created_candidates(aggregates, started, size, after),
+            )
+
+        def dispatch(after: Any, size: int = size) -> tuple[Page[Any], Page[Any]]:
+            return (
+                store.local_dispatch_candidates(executor, size, after),
+                selection.local_dispatch_candidates(aggregates, executor, size, after),
+            )
+
+        for source, synthetic in (
+            (expiry, (probe[0], probe[2])),
+            (startup, (probe[2],)),
+            (orphans, (probe[0], probe[2])),
+            (dispatch, probe),
+        ):
+            walk(source, start_from(keys_of(_all(source)), synthetic))
+
+
+def _all(source: Callable[[Any], tuple[Page[Any], Page[Any]]]) -> Page[Any]:
+    """The oracle's whole ordered result, by walking it."""
+    items: list[Any] = []
+    after = None
+    while True:
+        page = source(after)[1]
+        items.extend(page.items)
+        if not page.has_more:
+            return Page(tuple(items), False)
+        after = page.cursor
+
+
+@pytest.mark.parametrize("fact", [None, *BINDING_FACTS])
+def test_pristine_is_decided_by_every_fact_alone(store: EdgeStore, fact: str | None) -> None:
+    """§2.3 / B-33: a `claimed` Attempt with no lease row is pristine (never a recovery
+    candidate) only when no binding, offer, start or callback fact is set; each one alone
+    makes it a candidate, in SQL as in the oracle."""
+    run = Run(
+        "r1", "p", "t", 1, "shell", RunKind.ORDINARY, RunOwner.RUNTIME, RunStatus.DISPATCHING,
+        2, 0, 1, 1,
+    )  # fmt: skip
+    attempt = Attempt("a1", "r1", 1, AttemptStatus.CLAIMED, "shell", 1)
+    if fact is not None:
+        attempt = dataclasses.replace(attempt, **{fact: BINDING_FACTS_VALUES[fact]})
+    aggregates = [RunAggregate(run, (attempt,))]
+    persist(store, aggregates, {})
+    page = store.runtime_recovery_candidates(10, 16)
+    assert page == selection.runtime_recovery_candidates(aggregates, 10, 16)
+    assert [c.attempt_id for c in page.items] == ([] if fact is None else ["a1"])
+
+
+@pytest.mark.parametrize("limit", [0, 65, -1])
+def test_a_limit_outside_1_to_64_is_refused_like_the_oracle(store: EdgeStore, limit: int) -> None:
+    with pytest.raises(PageError):
+        store.lost_retry_candidates(0, limit)
+    with pytest.raises(PageError):
+        store.local_dispatch_candidates("local", limit)
+
+
+# -- query plans ---------------------------------------------------------------------------
+PLAN_PARAMS = {
+    "observed_at_ms": 5,
+    "limit": 16,
+    "after_expires_at_ms": 1,
+    "after_attempt_id": "a",
+    "process_started_at_ms": 9,
+    "after_created_at_ms": 1,
+    "after_run_id": "r",
+    "local_executor_type": "local",
+    "after_queued_at_ms": 1,
+}
+_SCAN = re.compile(r"^SCAN (?P<what>\S+)(?P<rest>.*)$")
+_INDEXED = re.compile(r"USING (COVERING |INTEGER PRIMARY KEY|PRIMARY KEY|INDEX)")
+
+
+def plan(conn: sqlite3.Connection, statement: str) -> list[str]:
+    explain = "EXPLAIN QUERY PLAN " + statement  # a fixed prefix on a fixed statement
+    return [str(row[3]) for row in conn.execute(explain, PLAN_PARAMS)]
+
+
+def full_scans(lines: list[str]) -> list[str]:
+    """`SCAN <table>` without an index; scanning a subquery's own rows is not a table scan."""
+    out = []
+    for line in lines:
+        scan = _SCAN.match(line)
+        if scan and not scan["what"].startswith("(") and not _INDEXED.search(scan["rest"]):
+            out.append(line)
+    return out
+
+
+def _populate(store: EdgeStore, runs: int) -> None:
+    statuses = list(RunStatus)
+    aggregates: list[RunAggregate] = []
+    for i in range(runs):
+        run_id = f"run-{i:05d}"
+        status = statuses[i % len(statuses)] if i % 10 == 0 else RunStatus.SUCCEEDED
+        run = Run(
+            run_id, "p", "t", 1, "local", RunKind.ORDINARY, RunOwner.RUNTIME, status, 1, 0, i, i
+        )
+        attempt = Attempt(
+            f"att-{i:05d}",
+            run_id,
+            1,
+            AttemptStatus.SUCCEEDED if status is RunStatus.SUCCEEDED else AttemptStatus.LOST,
+            "local",
+            i,
+        )
+        lease = Lease(
+            attempt.attempt_id,
+            run_id,
+            1,
+            LeaseStatus.COMPLETED,
+            2,
+            "w1",
+            "w1-s1",
+            1,
+            DIGEST,
+            i,
+            i,
+            i + 30_000,
+            i,
+        )
+        aggregates.append(RunAggregate(run, (attempt,), None, (lease,)))
+    persist(store, aggregates, {})
+
+
+@pytest.mark.parametrize("analyzed", [False, True], ids=["no-statistics", "analyzed"])
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_every_source_query_searches_an_index_and_scans_no_table(
+    tmp_path: Path, name: str, analyzed: bool
+) -> None:
+    store = EdgeStore(tmp_path / "plans.sqlite3")
+    try:
+        _populate(store, 2_000)
+        with store.authority.reading() as conn:
+            if analyzed:
+                conn.execute("ANALYZE")
+            lines = plan(conn, SOURCES[name])
+    finally:
+        store.close()
+    assert any(_INDEXED.search(line) for line in lines), lines
+    assert full_scans(lines) == [], lines
+
+
+def test_the_plan_check_flags_a_full_scan(tmp_path: Path) -> None:
+    store = EdgeStore(tmp_path / "scan.sqlite3")
+    try:
+        with store.authority.reading() as conn:
+            lines = plan(conn, "SELECT run_id FROM runs WHERE project_id = :after_run_id;")
+    finally:
+        store.close()
+    assert full_scans(lines) == ["SCAN runs"]
