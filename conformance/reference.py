@@ -19,6 +19,7 @@ from kernel import (
     Effect,
     EffectConflict,
     Event,
+    InsertAttempt,
     RunAggregate,
     apply_effects,
     selection,
@@ -57,6 +58,11 @@ class ReferenceTransaction:
             log.append(effect.event)
             return
         run_id = effect.row.run_id
+        if isinstance(effect, InsertAttempt):
+            # Attempt ids are primary keys across all Runs (§1.1), as in every runner's schema.
+            owner = self._state.attempt_index.get(effect.row.attempt_id)
+            if owner is not None and owner != run_id:
+                raise StaleWrite("attempt id belongs to another Run")
         before = self._state.aggregates.get(run_id)
         try:
             after = apply_effects(before, (effect,))

@@ -66,7 +66,10 @@ def replay(trace: Trace, make_adapter: Callable[[], ConformanceAdapter]) -> Trac
             result.missing_capabilities = missing
             return result
         for step in trace.steps:
-            actual = _apply(adapter, step)
+            try:
+                actual = _apply(adapter, step)
+            except Exception as exc:  # a runner failure is a divergence, not a crash of the suite
+                actual = StepResult("exception", type(exc).__name__)
             if step.fault is not None:
                 result.faults += 1
             changes = diff(step.expect.projection, adapter.project())

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.adapter import ReferenceAdapter
+from conformance.adapter import ReferenceAdapter, StepResult
 from conformance.corpus import RUN_CORPUS, read_trace
 from conformance.faults import Fault, FaultKind
 from conformance.recorder import Recorder
@@ -28,7 +28,7 @@ from conformance.trace import (
     loads,
     projection_digest,
 )
-from kernel import AdmitRun
+from kernel import AdmitRun, Command
 from tests.support.sim import Sim, advance_clock, draw_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,3 +222,37 @@ def test_a_refused_page_capability_makes_the_trace_not_applicable() -> None:
     result = replay(trace, ClusterOnly)
     assert result.status == "not_applicable"
     assert result.missing_capabilities == ("lost_retry_local",)
+
+
+class ExplodingAdapter(ReferenceAdapter):
+    """A runner whose store fails with an unexpected error on the second step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def apply(
+        self, command: Command | None, observed_at_ms: int, fault: Fault | None
+    ) -> StepResult:
+        self.calls += 1
+        if self.calls == 2:
+            raise RuntimeError("database is locked")
+        return super().apply(command, observed_at_ms, fault)
+
+
+def test_a_runner_exception_is_a_divergence_not_a_crash_of_the_suite() -> None:
+    trace = read_trace(RUN_CORPUS / "LEASE-10-tokens-stored-only-as-digests.jsonl")
+    result = replay(trace, ExplodingAdapter)
+    assert result.divergence is not None
+    assert result.divergence.step == 2
+    assert result.divergence.actual == ("exception", "RuntimeError")
+
+
+def test_an_attempt_id_is_unique_across_runs_in_the_reference_store() -> None:
+    """§1.1: attempt_id is a primary key; a second Run reusing it loses like a colliding insert
+    in SQL (Raced), so the oracle and the runners agree."""
+    recorder = Recorder(TraceHeader(name="ids"))
+    first = recorder.step(AdmitRun("r1", "shared", "p", "t", 1, "shell"), 1)
+    second = recorder.step(AdmitRun("r2", "shared", "p", "t", 1, "shell"), 2)
+    assert (first.kind, second.kind, second.code) == ("applied", "raced", "CAS_CONFLICT")
+    assert [r["run_id"] for r in recorder.adapter.project()["runs"]] == ["r1"]
