@@ -41,3 +41,20 @@ def test_package_docstring_example_runs() -> None:
     failed, attempted = doctest.testmod(kernel, verbose=False)
     assert attempted >= 3
     assert failed == 0
+
+
+def test_the_main_job_command_replays_the_corpus_with_no_divergence() -> None:
+    """The README's main-job command, as written after the install step."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert ".venv/bin/qlk conform\n" in text
+    done = subprocess.run(
+        [sys.executable, "-m", "conformance.cli", "conform", "--quiet"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "| runner             |                   edge |" in done.stdout
+    assert "|   diverged         |                      0 |" in done.stdout
