@@ -58,6 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     conform.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report")
     conform.add_argument("--jobs", type=int, default=1, help="replay in N processes")
     conform.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    conform.add_argument(
+        "--no-kill",
+        action="store_true",
+        help="edge: skip the kill mode (SIGKILL at every statement boundary of every write path)",
+    )
 
     traces = commands.add_parser("traces", help="inspect or regenerate traces")
     trace_commands = traces.add_subparsers(dest="traces_command", metavar="ACTION")
@@ -128,10 +133,29 @@ def _conform(args: argparse.Namespace, stream: TextIO) -> int:
     if args.junit is not None:
         write_junit(summary, args.runner, args.junit)
         print(f"JUnit report: {args.junit}", file=stream)
+    status = 0
     if summary.diverged:
         print(render_divergences(summary.diverged), file=stream)
-        return EXIT_DIVERGED
-    return 0
+        status = EXIT_DIVERGED
+    if args.runner == "edge" and not args.no_kill:
+        status = max(status, _kill_mode(root, stream))
+    return status
+
+
+def _kill_mode(root: Path, stream: TextIO) -> int:
+    """The edge runner's kill mode over the same traces (RUN-06, RETRY-10)."""
+    kill = importlib.import_module("runners.edge.kill")
+    results = kill.kill_every_write(root)
+    kills = sum(r.kills for r in results)
+    failures = [line for r in results for line in r.failures]
+    print(
+        f"kill mode: {len(results)} write paths, {kills} SIGKILLs at every statement boundary, "
+        f"{len(failures)} left a state that was neither the before- nor the after-state",
+        file=stream,
+    )
+    for line in failures[:10]:
+        print(f"  {line}", file=stream)
+    return EXIT_DIVERGED if failures else 0
 
 
 def _show(path: Path, stream: TextIO, *, full: bool) -> int:
