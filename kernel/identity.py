@@ -341,8 +341,14 @@ def _normalize(value: object, field: str, depth: int) -> object:
     if isinstance(value, str):
         return str(value)
     if isinstance(value, Mapping):
+        try:
+            # A Mapping whose own iteration fails (a broken or hostile subclass) is not a JSON
+            # object; fail closed with the declared error, never with its exception.
+            pairs = list(value.items())
+        except Exception:
+            raise IdentityError(field, "unsupported_type", _KIND_JSON) from None
         copy: dict[str, object] = {}
-        for key, item in value.items():
+        for key, item in pairs:
             if not isinstance(key, str):
                 raise IdentityError(field, "non_string_key", _KIND_JSON)
             plain_key = str(key)
@@ -352,7 +358,11 @@ def _normalize(value: object, field: str, depth: int) -> object:
             copy[plain_key] = _normalize(item, field, depth + 1)
         return copy
     if isinstance(value, list | tuple):
-        return [_normalize(item, field, depth + 1) for item in value]
+        try:
+            items = list(value)
+        except Exception:
+            raise IdentityError(field, "unsupported_type", _KIND_JSON) from None
+        return [_normalize(item, field, depth + 1) for item in items]
     raise IdentityError(field, "unsupported_type", _KIND_JSON)
 
 

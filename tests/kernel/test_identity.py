@@ -13,6 +13,7 @@ import hashlib
 import inspect
 import json
 import logging
+import os
 import pickle
 import re
 import unicodedata
@@ -839,3 +840,17 @@ def test_public_names_are_exported() -> None:
     ):
         assert name in identity.__all__
         assert hasattr(identity, name)
+
+
+class _BrokenList(list[object]):
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        raise TypeError("broken")
+
+
+@pytest.mark.parametrize("value", [os._Environ(0, 0, 0, 0, 0), _BrokenList()])  # type: ignore[arg-type]
+def test_a_container_that_cannot_be_read_is_refused_with_the_declared_error(value: object) -> None:
+    """Found by CrossHair (an `os._Environ` with broken internals): a Mapping or sequence whose
+    own iteration raises is `unsupported_type`, never its exception."""
+    with pytest.raises(IdentityError) as refused:
+        canonical_json(value, field="spec")
+    assert refused.value.reason == "unsupported_type"
