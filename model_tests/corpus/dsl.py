@@ -309,5 +309,5 @@ class Scenario:
         """A remote Run whose lease expired while it ran (edge/standalone: lost at expiry)."""
         aid = self.launched(run_id, by, policy)
         self.tick(LEASE_MS)
-        self.expire(run_id, aid, expect="applied")
+        self.expire(run_id, aid, expect="applied:lost")
         return aid

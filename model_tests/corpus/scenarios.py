@@ -305,9 +305,7 @@ def retry_03(s: Scenario) -> None:
         ("r2", PolicyDefinition(3, False, Safety.IDEMPOTENT, 0, 0)),
         ("r3", PolicyDefinition(1, True, Safety.IDEMPOTENT, 0, 0)),
     ):
-        aid = s.launched(run_id, w, policy)
-        s.tick(LEASE_MS)
-        s.expire(run_id, aid, expect="applied:lost")
+        s.lost(run_id, w, policy)
     s.lost_retry_page({"scanned": 3, "failed": 3, "has_more": False})
     for run_id in ("r1", "r2", "r3"):
         assert s.agg(run_id).run.error_code == "RUN_LOST_RETRY_DISABLED"
@@ -320,9 +318,7 @@ def retry_03(s: Scenario) -> None:
 )
 def retry_06(s: Scenario) -> None:
     w = worker()
-    aid = s.launched("r1", w, BACKOFF)
-    s.tick(LEASE_MS)
-    s.expire("r1", aid, expect="applied:lost")
+    s.lost("r1", w, BACKOFF)
     s.lost_retry_page({"scanned": 1, "scheduled": 1})
     agg = s.agg("r1")
     assert agg.run.status.value == "retry_wait"
@@ -336,9 +332,7 @@ def retry_06(s: Scenario) -> None:
 )
 def retry_07(s: Scenario) -> None:
     w = worker()
-    aid = s.launched("r1", w, BACKOFF)
-    s.tick(LEASE_MS)
-    s.expire("r1", aid, expect="applied:lost")
+    s.lost("r1", w, BACKOFF)
     s.lost_retry_page({"scanned": 1, "scheduled": 1})
     due = s.agg("r1").policy
     assert due is not None
@@ -359,9 +353,7 @@ def retry_07(s: Scenario) -> None:
 )
 def retry_08(s: Scenario) -> None:
     w = worker()
-    aid = s.launched("r1", w, NO_BACKOFF)
-    s.tick(LEASE_MS)
-    s.expire("r1", aid, expect="applied:lost")
+    s.lost("r1", w, NO_BACKOFF)
     s.lost_retry_page({"scanned": 1, "scheduled": 1})
     s.lost_retry_page({"scanned": 1, "requeued": 1})
     s.lost_retry_page({"scanned": 0})
@@ -377,9 +369,7 @@ def retry_08(s: Scenario) -> None:
 )
 def retry_09(s: Scenario) -> None:
     w = worker()
-    aid = s.launched("r1", w, NO_BACKOFF)
-    s.tick(LEASE_MS)
-    s.expire("r1", aid, expect="applied:lost")
+    s.lost("r1", w, NO_BACKOFF)
     s.do(LostRetryStep("r1", "r1-a2"), "applied:scheduled")
     s.do(LostRetryStep("r1", "r1-a2"), "applied:requeued", fault=CRASH_AFTER)
     s.do(LostRetryStep("r1", "r1-a2"), "raced:NOT_ELIGIBLE")
@@ -396,9 +386,7 @@ def retry_09(s: Scenario) -> None:
 )
 def retry_10(s: Scenario) -> None:
     w = worker()
-    aid = s.launched("r1", w, NO_BACKOFF)
-    s.tick(LEASE_MS)
-    s.expire("r1", aid, expect="applied:lost")
+    s.lost("r1", w, NO_BACKOFF)
     s.do(LostRetryStep("r1", "r1-a2"), "applied:scheduled")
     s.all_faults(LostRetryStep("r1", "r1-a2"))
     s.do(LostRetryStep("r1", "r1-a2"), "applied:requeued")
@@ -434,9 +422,7 @@ def retry_12(s: Scenario) -> None:
 def retry_13(s: Scenario) -> None:
     w = worker()
     for i in range(1, 6):
-        aid = s.launched(f"r{i}", w, None)
-        s.tick(LEASE_MS)
-        s.expire(f"r{i}", aid, expect="applied:lost")
+        s.lost(f"r{i}", w, None)
     s.query("lost_retry", ["r1", "r2", "r3", "r4"], limit=4, has_more=True)
     s.query("lost_retry", ["r1", "r2", "r3", "r4", "r5"], limit=5)
     s.lost_retry_page({"scanned": 2, "failed": 2, "has_more": True}, limit=2)
@@ -451,13 +437,9 @@ def retry_13(s: Scenario) -> None:
 )
 def retry_15(s: Scenario) -> None:
     w = worker()
-    a1 = s.launched("early", w, NO_BACKOFF)
-    s.tick(LEASE_MS)
-    s.expire("early", a1, expect="applied:lost")
+    s.lost("early", w, NO_BACKOFF)
     s.lost_retry_page({"scanned": 1, "scheduled": 1})
-    a2 = s.launched("late", w, NO_BACKOFF)
-    s.tick(LEASE_MS)
-    s.expire("late", a2, expect="applied:lost")
+    s.lost("late", w, NO_BACKOFF)
     s.query("lost_retry", ["late", "early"])
     s.lost_retry_page({"scanned": 1, "scheduled": 1}, limit=1)
     s.query("lost_retry", ["early", "late"])
@@ -471,9 +453,7 @@ def retry_15(s: Scenario) -> None:
 def retry_17_local(s: Scenario) -> None:
     w = worker()
     for i in range(1, 4):
-        aid = s.launched(f"r{i}", w, None)
-        s.tick(LEASE_MS)
-        s.expire(f"r{i}", aid, expect="applied:lost")
+        s.lost(f"r{i}", w, None)
     s.lost_retry_page({"scanned": 3, "failed": 2, "errored": 1}, fail_candidate=2)
     assert s.agg("r2").run.status.value == "lost"
     s.lost_retry_page({"scanned": 1, "failed": 1})
