@@ -24,6 +24,15 @@ def trace_paths(root: Path = RUN_CORPUS) -> list[Path]:
     return sorted(found, key=lambda p: (p.parent != root, str(p.relative_to(root))))
 
 
+def spec_id_of(relative: str) -> str | None:
+    """The SPEC item a named trace is for: `RETRY-07-retry-wait-not-before-due.jsonl` names
+    RETRY-07; generated traces (under a subdirectory) name none."""
+    parts = Path(relative).name.split("-")
+    if "/" in relative or len(parts) < 3 or not parts[0].isupper() or not parts[1].isdigit():
+        return None
+    return f"{parts[0]}-{parts[1]}"
+
+
 def read_text(path: Path) -> str:
     """The JSON Lines text of a trace file (`.jsonl` or `.jsonl.gz`)."""
     data = path.read_bytes()

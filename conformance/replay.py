@@ -67,7 +67,7 @@ def replay(trace: Trace, make_adapter: Callable[[], ConformanceAdapter]) -> Trac
             return result
         for step in trace.steps:
             try:
-                actual = _apply(adapter, step)
+                actual = apply_step(adapter, step)
             except Exception as exc:  # a runner failure is a divergence, not a crash of the suite
                 actual = StepResult("exception", type(exc).__name__)
             if step.fault is not None:
@@ -106,7 +106,8 @@ def step_label(step: Step) -> str:
     return "reopen"
 
 
-def _apply(adapter: ConformanceAdapter, step: Step) -> StepResult:
+def apply_step(adapter: ConformanceAdapter, step: Step) -> StepResult:
+    """Apply one trace step to an adapter exactly as the replayer does."""
     if step.page is not None:
         return adapter.page(step.page, step.observed_at_ms, step.fault)
     command: Command | None = None

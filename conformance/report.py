@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from conformance.corpus import RUN_CORPUS, read_trace
+from conformance.corpus import RUN_CORPUS, read_trace, spec_id_of
 from conformance.factories import AdapterFactory, resolve
 from conformance.replay import TraceResult, replay
 
@@ -79,15 +79,6 @@ class Summary:
         line = "+" + "-" * (width + 2) + "+" + "-" * 24 + "+"
         body = [f"| {k:<{width}} | {v:>22} |" for k, v in rows]
         return "\n".join([line, *body, line])
-
-
-def spec_id_of(relative: str) -> str | None:
-    """`RETRY-07-retry-wait-not-before-due.jsonl` names RETRY-07; generated traces none."""
-    name = Path(relative).name
-    parts = name.split("-")
-    if "/" in relative or len(parts) < 3 or not parts[0].isupper() or not parts[1].isdigit():
-        return None
-    return f"{parts[0]}-{parts[1]}"
 
 
 def _replay_one(spec: str, dsn: str | None, root: str, relative: str) -> Outcome:

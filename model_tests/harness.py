@@ -215,10 +215,7 @@ class LazyRecorder(Recorder):
         # Encoded first: a Secret that the TokenNames did not make fails before the step.
         encoded = None if command is None else encode_trace_command(command, self.names)
         result = self.adapter.apply(command, observed_at_ms, fault)
-        store = self.adapter.store
-        aggregates = {agg.run.run_id: agg for agg in store.aggregates()}
-        events = {run_id: tuple(store.events(run_id)) for run_id in aggregates}
-        self.state = Snapshot(aggregates, events)
+        self.state = self._snapshot()
         self._log.append((encoded, observed_at_ms, fault, result, self.state, None))
         return result
 
@@ -227,13 +224,16 @@ class LazyRecorder(Recorder):
     ) -> StepResult:
         """A page step (a source query), kept like a command step."""
         result = self.adapter.page(request, observed_at_ms, fault)
-        store = self.adapter.store
-        aggregates = {agg.run.run_id: agg for agg in store.aggregates()}
-        events = {run_id: tuple(store.events(run_id)) for run_id in aggregates}
-        self.state = Snapshot(aggregates, events)
+        self.state = self._snapshot()
         self.capabilities.add(request.capability)
         self._log.append((None, observed_at_ms, fault, result, self.state, request))
         return result
+
+    def _snapshot(self) -> Snapshot:
+        store = self.adapter.store
+        aggregates = {agg.run.run_id: agg for agg in store.aggregates()}
+        events = {run_id: tuple(store.events(run_id)) for run_id in aggregates}
+        return Snapshot(aggregates, events)
 
     def trace(self) -> Trace:
         steps: list[Step] = list(self.steps[: len(self.steps)])

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from conformance.corpus import RUN_CORPUS, read_trace, trace_paths
 from conformance.projection import Projection, diff
+from conformance.replay import apply_step
 from conformance.trace import Step, decode_trace_command
 from kernel import Command
 from kernel.outcomes import Rejected
@@ -173,7 +174,7 @@ def write_paths(root: Path = RUN_CORPUS) -> Iterator[tuple[Path, WritePath, Call
                         seen.add(key)
                         adapter.store.close()
                         yield db, candidate, adapter.reopen
-                    _replay_step(adapter, step)
+                    apply_step(adapter, step)
             finally:
                 adapter.close()
         finally:
@@ -187,18 +188,6 @@ def _write_of(trace: str, step: Step) -> WritePath | None:
     if isinstance(command, Rejected):
         return None
     return WritePath(trace, step.step, command, step.observed_at_ms, step.expect.code or "")
-
-
-def _replay_step(adapter: EdgeAdapter, step: Step) -> None:
-    if step.page is not None:
-        adapter.page(step.page, step.observed_at_ms, step.fault)
-        return
-    command = None if step.command is None else decode_trace_command(step.command)
-    if isinstance(command, Rejected):
-        return
-    if step.fault is not None and step.fault.kind.value == "reopen":
-        adapter.reopen()
-    adapter.apply(command, step.observed_at_ms, step.fault)
 
 
 def kill_every_write(root: Path = RUN_CORPUS) -> list[KillResult]:

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from conformance.adapter import ReferenceAdapter
-from conformance.corpus import RUN_CORPUS, read_text, read_trace, trace_paths
+from conformance.corpus import RUN_CORPUS, read_text, read_trace, spec_id_of, trace_paths
 from conformance.replay import replay
 from conformance.trace import dumps, loads
 from kernel.specs.properties import PROPERTIES
@@ -38,7 +38,8 @@ def test_every_conf_item_of_1_12_and_2_6_has_a_named_trace() -> None:
 @pytest.mark.parametrize("path", NAMED, ids=lambda p: p.name)
 def test_named_trace_header_names_its_item(path: Path) -> None:
     trace = read_trace(path)
-    item = "-".join(path.name.split("-")[:2])
+    item = spec_id_of(path.name)
+    assert item is not None
     assert trace.header.name == path.name.removesuffix(".jsonl")
     assert trace.header.description.startswith(item)
     assert item in PROPERTIES

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.corpus import RUN_CORPUS, read_trace, trace_paths
+from conformance.corpus import RUN_CORPUS, read_trace, spec_id_of, trace_paths
 from conformance.replay import replay
 from kernel.specs.properties import PROPERTIES
 from runners.edge.adapter import CAPABILITIES, EdgeAdapter, make_edge_adapter
@@ -31,8 +31,8 @@ def _param(path: Path) -> object:
     """Named traces that the edge runner can pass cite their SPEC item (the file name starts
     with the property id): passing them on SQLite is that item's CONF evidence."""
     name = str(path.relative_to(RUN_CORPUS))
-    if path.parent == RUN_CORPUS:
-        item = "-".join(path.name.split("-")[:2])
+    item = spec_id_of(name)
+    if item is not None:
         caps = set(_named_header_capabilities(path))
         if item in PROPERTIES and caps <= CAPABILITIES:
             return pytest.param(path, id=name, marks=pytest.mark.spec(item))
