@@ -220,6 +220,34 @@ def lease_08(s: Scenario) -> None:
 
 
 @scenario(
+    "LEASE-07-expiry-source-selects-a-lease-at-its-expiry-instant",
+    "LEASE-07: the lease-expiry source (§3.16, keyset (expires_at_ms, attempt_id)) returns no "
+    "lease one millisecond before expires_at_ms and returns it at exactly expires_at_ms (<=); "
+    "two leases come in expiry order, page by page with an exact has_more and cursor; the "
+    "expiry then commits lost and the release in one step and the source no longer returns it.",
+)
+def lease_07_source(s: Scenario) -> None:
+    w = worker()
+    a1 = s.launched("r1", w, None)
+    s.tick(10)
+    a2 = s.launched("r2", w, None)
+    expires = s.agg("r1").leases[0].expires_at_ms
+    assert expires < s.agg("r2").leases[0].expires_at_ms
+    s.now = expires - 1
+    s.query("lease_expiry", [])
+    s.now = expires
+    s.query("lease_expiry", ["r1"])
+    s.now = expires + 10
+    page = s.query("lease_expiry", ["r1"], limit=1, has_more=True)
+    s.query("lease_expiry", ["r2"], limit=1, after=tuple(page["cursor"]))
+    s.query("lease_expiry", ["r1", "r2"])
+    s.expire("r1", a1, expect="applied:lost")
+    s.query("lease_expiry", ["r2"])
+    s.expire("r2", a2, expect="applied:lost")
+    s.query("lease_expiry", [])
+
+
+@scenario(
     "LEASE-09-old-worker-fenced-after-lost-release",
     "LEASE-09: after lost + release the old Worker's renewal, starting and running "
     "acknowledgements and completion all fail the fence and write nothing.",
