@@ -82,6 +82,7 @@ class ReferenceAdapter:
             "local_recovery",
             "lost_retry_local",
             "lost_retry_cluster",
+            "guards",
         }
     )
 

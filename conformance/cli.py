@@ -6,8 +6,12 @@
     qlk traces show conformance/traces/run/RETRY-07-retry-wait-not-before-due.jsonl
     qlk traces generate [--check]        # regenerate the corpus (source checkout only)
 
-Exit status: 0 when every applicable trace passed, 1 on any divergence, 2 on bad usage (with a
-one-line error that says what to fix).
+After the replay, `qlk conform` runs the guard mode (every runner whose adapter exposes its
+storage port: a stale variant of every guard of every write path must be refused) and, for the
+edge runner, the kill mode (SIGKILL at every statement boundary of every write path).
+
+Exit status: 0 when every applicable trace passed and no stale write or kill broke the state, 1
+on any divergence, 2 on bad usage (with a one-line error that says what to fix).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from conformance.corpus import RUN_CORPUS, read_trace, trace_paths
-from conformance.factories import FactoryError, resolve
+from conformance.factories import AdapterFactory, FactoryError, resolve
+from conformance.guards import GUARDS, probe_every_write
 from conformance.projection import changes
 from conformance.replay import step_label
 from conformance.report import ProgressBar, render_divergences, run_corpus, write_junit
@@ -58,6 +63,12 @@ def _parser() -> argparse.ArgumentParser:
     conform.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report")
     conform.add_argument("--jobs", type=int, default=1, help="replay in N processes")
     conform.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    conform.add_argument(
+        "--no-guards",
+        action="store_true",
+        help="skip the guard mode (a stale variant of every guard of every write path must be "
+        "refused by the runner's own statements)",
+    )
     conform.add_argument(
         "--no-kill",
         action="store_true",
@@ -137,9 +148,30 @@ def _conform(args: argparse.Namespace, stream: TextIO) -> int:
     if summary.diverged:
         print(render_divergences(summary.diverged), file=stream)
         status = EXIT_DIVERGED
+    if not args.no_guards:
+        status = max(status, _guard_mode(resolve(args.runner, dsn=dsn), root, stream))
     if args.runner == "edge" and not args.no_kill:
         status = max(status, _kill_mode(root, stream))
     return status
+
+
+def _guard_mode(factory: AdapterFactory, root: Path, stream: TextIO) -> int:
+    """Every guard of every write path, probed with a stale write (`conformance.guards`)."""
+    report = probe_every_write(factory, root)
+    if report.not_applicable:
+        print(f"guard mode: not applicable (runner lacks: {GUARDS})", file=stream)
+        return 0
+    failures = report.failures
+    print(
+        f"guard mode: {len(report.writes)} write paths, {report.probes} stale writes probed "
+        f"(every guard of every effect), {len(failures)} accepted by the runner",
+        file=stream,
+    )
+    for line in failures[:10]:
+        print(f"  {line}", file=stream)
+    if len(failures) > 10:
+        print(f"  ... and {len(failures) - 10} more", file=stream)
+    return EXIT_DIVERGED if failures else 0
 
 
 def _kill_mode(root: Path, stream: TextIO) -> int:

@@ -6,7 +6,10 @@ An adapter author runs
 
 and gets one test per trace: a divergence fails with the step, the command, both outcomes and
 the field-level diff; a trace needing a capability the runner does not declare is skipped with
-the capability named (reported, never passed). Without `--ql3-runner` the plugin adds nothing.
+the capability named (reported, never passed). One more test, `ql3[RUNNER]::guard-mode`, probes
+every guard of every write path with a stale write (`conformance.guards`); it is skipped as not
+applicable when the adapter does not expose its storage port (capability `guards`). Without
+`--ql3-runner` the plugin adds nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pytest
 
 from conformance.corpus import RUN_CORPUS, read_trace, trace_paths
 from conformance.factories import AdapterFactory, FactoryError, resolve
+from conformance.guards import GUARDS, probe_every_write
 from conformance.replay import replay
 
 
@@ -67,6 +71,34 @@ class TraceDivergedError(AssertionError):
     """The runner's outcome or state differed from the trace's expectation."""
 
 
+class GuardItem(pytest.Item):
+    """Guard mode over the corpus: every stale write must be refused by the runner."""
+
+    def __init__(self, *, root: Path, factory: AdapterFactory, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.root = root
+        self.factory = factory
+
+    def runtest(self) -> None:
+        report = probe_every_write(self.factory, self.root)
+        if report.not_applicable:
+            pytest.skip(f"not applicable: needs {GUARDS}")
+        if report.failures:
+            lines = "\n".join(report.failures[:20])
+            raise TraceDivergedError(
+                f"{len(report.failures)} of {report.probes} stale writes accepted:\n{lines}"
+            )
+        assert report.probes > 0
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, TraceDivergedError):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.root, 0, "guard mode"
+
+
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
@@ -92,3 +124,6 @@ def pytest_collection_modifyitems(
                 factory=factory,
             )
         )
+    items.append(
+        GuardItem.from_parent(session, name=f"ql3[{spec}]::guard-mode", root=root, factory=factory)
+    )

@@ -6,8 +6,10 @@ pages), projects through the backdoor reader, and `reopen()` really closes and r
 `crash_after_commit` needs nothing here: the commit happened and the trace drops the response.
 
 Capabilities: the run domain, faults, the sources, local startup recovery and the local
-lost-retry page semantics (RETRY-17 local). Not the cluster recovery source nor the cluster page
-semantics: a trace that needs them is reported as not applicable.
+lost-retry page semantics (RETRY-17 local), and `guards`: `store` is the engine's storage port,
+so guard mode (`conformance.guards`) can probe every guard of every write. Not the cluster
+recovery source nor the cluster page semantics: a trace that needs them is reported as not
+applicable.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from kernel import Command
 from runners.edge.connection import DEFAULT_BUSY_TIMEOUT_MS
 from runners.edge.store import EdgeStore
 
-CAPABILITIES = frozenset({"run", "faults", "sources", "local_recovery", "lost_retry_local"})
+CAPABILITIES = frozenset(
+    {"run", "faults", "sources", "local_recovery", "lost_retry_local", "guards"}
+)
 
 
 class EdgeAdapter:

@@ -1,6 +1,6 @@
 """The edge runner through the pytest plugin, as an adapter author would run it (issue 4, item 5):
-`pytest --ql3-runner=edge` gives one test per trace, and a cluster-only trace is skipped with the
-capability named, never passed."""
+`pytest --ql3-runner=edge` gives one test per trace plus the guard mode, and a cluster-only trace
+is skipped with the capability named, never passed."""
 
 from __future__ import annotations
 
@@ -51,6 +51,7 @@ def test_pytest_ql3_runner_edge_gives_one_test_per_trace(tmp_path: Path) -> None
     )
     out = run.stdout
     assert run.returncode == 0, out + run.stderr
-    assert "3 passed, 1 skipped" in out
+    assert "4 passed, 1 skipped" in out
+    assert "ql3[edge]::guard-mode PASSED" in out
     assert "ql3[edge]::LEASE-09-old-worker-fenced-after-lost-release.jsonl PASSED" in out
     assert "not applicable: needs cluster_recovery" in out

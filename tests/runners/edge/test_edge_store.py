@@ -204,6 +204,7 @@ def test_the_store_and_adapter_implement_the_ports(tmp_path: Path) -> None:
             "sources",
             "local_recovery",
             "lost_retry_local",
+            "guards",
         }
     finally:
         adapter.close()
