@@ -2,9 +2,11 @@
 
 Each `Mutant` is one realistic, small change to the runner: a one-token edit of one named SQL
 section (`runners/edge/sql/*.sql`, made with an exact `str.replace` that must change the text), or,
-for the Event-ordering kind, a patch of one store method. `apply()` plants it with pytest's
-`monkeypatch` in the module that looks the statement up (`runners.edge.store.STATEMENTS` for
-writes, `runners.edge.sources.SOURCES` for the candidate sources), so it is undone after the test.
+for the Event-ordering kinds, a patch of one store method. `modes` names the parts of
+`qlk conform` that must catch it: the corpus replay, the guard mode or the kill mode. `apply()`
+plants it with pytest's `monkeypatch` in the module that looks the statement up
+(`runners.edge.store.STATEMENTS` for writes, `runners.edge.sources.SOURCES` for the candidate
+sources), so it is undone after the test.
 
 `hunt()` replays the bundled corpus against the mutated runner and stops at the first diverged
 trace; named traces that the mutant's `hints` point at are replayed first to keep it fast.
@@ -48,6 +50,11 @@ class Mutant:
     patch: Callable[[pytest.MonkeyPatch], None] | None = None
     #: Named trace file-name prefixes replayed first (a speed hint, never the assertion).
     hints: tuple[str, ...] = ()
+    #: The parts of `qlk conform` that must each catch this mutant: "corpus" (the replay),
+    #: "guards" (guard mode, `conformance.guards`), "kill" (kill mode, `runners.edge.kill`).
+    modes: tuple[str, ...] = ("corpus",)
+    #: For guard mode: the (effect, guard) whose stale variant the mutant accepts.
+    guard: tuple[str, str] | None = None
 
     def original(self) -> str:
         return _TABLES[self.table][2][self.section]
@@ -131,6 +138,8 @@ MUTANTS: tuple[Mutant, ...] = (
         section="update_run",
         old="WHERE run_id = :run_id\n  AND version = :expected_version;",
         new="WHERE run_id = :run_id;",
+        modes=("guards",),
+        guard=("UpdateRun", "version"),
     ),
     Mutant(
         name="update_lease_no_token_digest",
@@ -140,6 +149,8 @@ MUTANTS: tuple[Mutant, ...] = (
         old="\n  AND token_digest = :token_digest;",
         new=";",
         hints=("LEASE-02", "LEASE-09"),
+        modes=("guards",),
+        guard=("UpdateLease", "token_digest"),
     ),
     Mutant(
         name="update_lease_no_generation",
@@ -149,6 +160,8 @@ MUTANTS: tuple[Mutant, ...] = (
         old="\n  AND lease_generation = :lease_generation",
         new="",
         hints=("LEASE-09", "REC-04", "LEASE-07"),
+        modes=("guards",),
+        guard=("UpdateLease", "lease_generation"),
     ),
     Mutant(
         name="lost_lease_left_leased",
@@ -185,6 +198,8 @@ MUTANTS: tuple[Mutant, ...] = (
         breaks="V-3/I-7: Events are never appended",
         table="method",
         patch=_drop_events,
+        modes=("corpus", "guards"),
+        guard=("AppendEvent", "duplicate"),
     ),
     Mutant(
         name="events_after_commit",
@@ -192,6 +207,8 @@ MUTANTS: tuple[Mutant, ...] = (
         table="method",
         patch=_defer_events,
         hints=("RUN-06", "RETRY-10"),
+        modes=("guards", "kill"),
+        guard=("AppendEvent", "duplicate"),
     ),
     Mutant(
         name="lost_retry_has_more_off_by_one",
@@ -238,23 +255,43 @@ MUTANTS: tuple[Mutant, ...] = (
         new="l.expires_at_ms < :observed_at_ms",
         hints=("LEASE-07", "LEASE-08"),
     ),
+    Mutant(
+        name="update_policy_no_version_cas",
+        breaks="the policy version CAS dropped from update_policy's WHERE (lost cursor update)",
+        table="statements",
+        section="update_policy",
+        old="WHERE run_id = :run_id\n  AND version = :expected_version;",
+        new="WHERE run_id = :run_id;",
+        modes=("guards",),
+        guard=("UpdatePolicy", "version"),
+    ),
+    Mutant(
+        name="update_attempt_no_status_guard",
+        breaks="the previous-status guard dropped from update_attempt's WHERE",
+        table="statements",
+        section="update_attempt",
+        old="\n  AND status = :expected_status",
+        new="",
+        modes=("guards",),
+        guard=("UpdateAttempt", "status"),
+    ),
+    Mutant(
+        name="update_lease_no_status_guard",
+        breaks="the lease status CAS dropped: a released lease can be released or completed again",
+        table="statements",
+        section="update_lease",
+        old="\n  AND status = :expected_status",
+        new="",
+        modes=("guards",),
+        guard=("UpdateLease", "status"),
+    ),
 )
 
 BY_NAME: Mapping[str, Mutant] = {m.name: m for m in MUTANTS}
 
-#: Mutants the whole bundled corpus (276 traces) does NOT catch, found by replaying all of it
-#: against each: serial replay on one connection never produces a stale write (the kernel has
-#: already checked the guard on the aggregate it loaded in the same transaction), nothing makes
-#: a post-commit Event append fail, and no trace queries lease expiry at exactly expires_at_ms.
-SURVIVORS: frozenset[str] = frozenset(
-    {
-        "update_run_no_version_cas",
-        "update_lease_no_token_digest",
-        "update_lease_no_generation",
-        "events_after_commit",
-        "lease_expiry_strict",
-    }
-)
+#: Serial replay never produces a stale write (the kernel has already checked the guard on the
+#: aggregate it loaded in the same transaction), so the dropped-guard mutants ("guards" only)
+#: pass every trace: guard mode is what catches them, and it is part of `qlk conform`.
 
 
 # -- hunting --------------------------------------------------------------------------------

@@ -1,47 +1,54 @@
-"""The suite has teeth (issue 4 item 6): planted-bug variants of the edge runner
-(`edge_mutants.py`) must make the conformance suite fail.
+"""The suite has teeth (issue 4 item 6): every planted-bug variant of the edge runner
+(`edge_mutants.py`) makes `qlk conform` fail.
 
-For every mutant: the patch really changes the runner (sanity), and replaying the bundled corpus
-against the mutated runner diverges (stopping at the first diverged trace; run with `-s` for a
-table line per mutant: name, trace:step that caught it, seconds). The mutants that the corpus
-does not catch (`SURVIVORS`, established by replaying all 276 traces against each) are corpus
-gaps, reported in the issue note and not counted here (no xfail hides them); the three
-stale-guard survivors are caught by a directed stale write aimed at the dropped column. One
-mutant also goes through `qlk conform`, which must exit 1.
+`qlk conform` has three parts, and each mutant names the ones that must catch it (`modes`):
+the corpus replay (a trace diverges), the guard mode (the runner accepts a stale write that one
+of its guards should refuse, `conformance.guards`), and the kill mode (a SIGKILL at a statement
+boundary leaves a state that is neither the before- nor the after-state, `runners.edge.kill`).
+Every mutant is checked against every mode it names (run with `-s` for a table line per
+mutant: name, what caught it, seconds), and one mutant per mode goes through `qlk conform`
+end to end, which must exit 1 saying why.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import io
+import shutil
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from conformance.cli import main
-from kernel import Effect, RunAggregate, UpdateLease, UpdateRun
-from kernel.specs.states import LeaseStatus
+from conformance.corpus import RUN_CORPUS
+from conformance.guards import probe_every_write
 from runners.edge import named_sql, sources, store
+from runners.edge.adapter import make_edge_adapter
+from runners.edge.kill import kill_every_write
 from runners.edge.store import EdgeStore
-from runners.engine import StaleWrite, execute
-from tests.runners.edge.edge_mutants import BY_NAME, MUTANTS, SURVIVORS, Mutant, hunt
-from tests.runners.edge.test_edge_store import remote_script
+from tests.runners.edge.edge_mutants import BY_NAME, MUTANTS, Mutant, hunt
 
-CAUGHT = [m for m in MUTANTS if m.name not in SURVIVORS]
-STALE_GUARD_SURVIVORS = frozenset(
-    {"update_run_no_version_cas", "update_lease_no_token_digest", "update_lease_no_generation"}
-)
+MODES = ("corpus", "guards", "kill")
 SQL_MUTANTS = [m for m in MUTANTS if m.table != "method"]
 
 
-def _line(mutant: Mutant, caught_by: str, traces: int, seconds: float) -> None:
-    print(f"\nMUTANT {mutant.name:38} {caught_by:90} {traces:4} traces {seconds:6.2f}s")
+def _of(mode: str) -> list[Mutant]:
+    return [m for m in MUTANTS if mode in m.modes]
 
 
-def test_at_least_eight_mutants_are_caught() -> None:
-    assert len(CAUGHT) >= 8
-    assert set(BY_NAME) >= SURVIVORS
+def _line(mutant: Mutant, mode: str, caught_by: str, seconds: float) -> None:
+    print(f"\nMUTANT {mutant.name:32} {mode:6} {caught_by:100} {seconds:6.2f}s")
+
+
+def test_at_least_eight_mutants_each_with_a_mode_that_catches_it() -> None:
+    assert len(MUTANTS) >= 8
+    assert len(BY_NAME) == len(MUTANTS)
+    for mutant in MUTANTS:
+        assert mutant.modes, mutant.name
+        assert set(mutant.modes) <= set(MODES), mutant.name
+        assert ("guards" in mutant.modes) == (mutant.guard is not None), mutant.name
+    assert {mode for m in MUTANTS for mode in m.modes} == set(MODES)
 
 
 @pytest.mark.parametrize("mutant", SQL_MUTANTS, ids=lambda m: m.name)
@@ -81,56 +88,75 @@ def test_the_method_patches_are_applied(monkeypatch: pytest.MonkeyPatch) -> None
     assert store.EdgeTransaction is before_cls
 
 
-@pytest.mark.parametrize("mutant", CAUGHT, ids=lambda m: m.name)
+@pytest.mark.parametrize("mutant", _of("corpus"), ids=lambda m: m.name)
 def test_the_corpus_catches_the_mutant(mutant: Mutant, monkeypatch: pytest.MonkeyPatch) -> None:
     mutant.apply(monkeypatch)
     found = hunt(mutant)
-    _line(mutant, found.caught_by, found.traces, found.seconds)
+    _line(mutant, "corpus", f"{found.caught_by} after {found.traces} traces", found.seconds)
     assert found.divergence is not None, f"{mutant.name} survived the whole corpus"
 
 
-def test_qlk_conform_fails_on_a_mutant(monkeypatch: pytest.MonkeyPatch) -> None:
-    BY_NAME["events_not_inserted"].apply(monkeypatch)
-    out = io.StringIO()
-    assert main(["conform", "--quiet"], out=out) == 1
-    assert "diverged" in out.getvalue()
+@pytest.mark.parametrize("mutant", _of("guards"), ids=lambda m: m.name)
+def test_guard_mode_catches_the_mutant(mutant: Mutant, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner as shipped refuses every stale variant (checked in tests/conformance); the
+    mutant accepts the stale variant of exactly the guard it dropped."""
+    assert mutant.guard is not None
+    effect, guard = mutant.guard
+    mutant.apply(monkeypatch)
+    started = time.perf_counter()
+    report = probe_every_write(make_edge_adapter)
+    failures = report.failures
+    hits = [line for line in failures if f"{effect}[" in line and f"].{guard}:" in line]
+    shown = hits[0] if hits else (failures[0] if failures else "SURVIVED")
+    _line(
+        mutant, "guards", f"{len(failures)} accepted, e.g. {shown}", time.perf_counter() - started
+    )
+    assert hits, f"{mutant.name}: no stale {effect}.{guard} was accepted: {failures[:3]}"
 
 
-def _stale_effect(name: str, agg: RunAggregate) -> Effect:
-    """A write whose guard no longer holds, aimed at the fence column the mutant dropped."""
-    run, lease = agg.run, agg.leases[0]
-    released = dataclasses.replace(lease, status=LeaseStatus.RELEASED, version=lease.version + 1)
-    if name == "update_run_no_version_cas":
-        newer = dataclasses.replace(run, version=run.version + 1)
-        return UpdateRun(newer, expected_version=run.version - 1)
-    if name == "update_lease_no_token_digest":
-        forged = dataclasses.replace(released, token_digest="f" * 64)
-        return UpdateLease(forged, lease.version, LeaseStatus.LEASED)
-    assert name == "update_lease_no_generation"
-    other = dataclasses.replace(released, lease_generation=lease.lease_generation + 1)
-    return UpdateLease(other, lease.version, LeaseStatus.LEASED)
+@pytest.mark.parametrize("mutant", _of("kill"), ids=lambda m: m.name)
+def test_kill_mode_catches_the_mutant(mutant: Mutant, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kill mode's children are forked from this process, so they run the mutant too."""
+    mutant.apply(monkeypatch)
+    started = time.perf_counter()
+    results = kill_every_write()
+    failures = [line for r in results for line in r.failures]
+    shown = failures[0] if failures else "SURVIVED"
+    _line(mutant, "kill", f"{len(failures)} torn, e.g. {shown}", time.perf_counter() - started)
+    assert any("not the before-state" in line or "not the after-state" in line for line in failures)
 
 
-@pytest.mark.parametrize("name", sorted(STALE_GUARD_SURVIVORS))
-def test_a_directed_stale_write_catches_what_the_corpus_misses(
-    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+#: One mutant per part of `qlk conform`, with the options that leave only that part running
+#: (over a few named traces, so the end-to-end check stays quick) and what the output must say.
+END_TO_END = (
+    ("lost_lease_left_leased", ("--no-guards", "--no-kill"), "expected outcome"),
+    ("update_run_no_version_cas", ("--no-kill",), "UpdateRun[0].version: stale write accepted"),
+    ("events_after_commit", ("--no-guards",), "not the before-state"),
+)
+SUBSET = (
+    "LEASE-07-local-expiry-lost-and-release-in-one-step.jsonl",
+    "LEASE-09-old-worker-fenced-after-lost-release.jsonl",
+    "RETRY-08-due-retry-wait-requeued-exactly-once.jsonl",
+)
+
+
+@pytest.mark.parametrize(("name", "options", "says"), END_TO_END, ids=[e[0] for e in END_TO_END])
+def test_qlk_conform_fails_on_a_mutant(
+    name: str,
+    options: tuple[str, ...],
+    says: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The corpus replays serially, so a dropped guard column never matters there; a stale
-    write aimed at that column (as `test_edge_store` does) is what catches the mutant."""
-    edge = EdgeStore(tmp_path / "edge.sqlite3")
-    try:
-        for command, now in remote_script()[:3]:
-            assert execute(edge, command, now).kind.value == "applied"
-        with edge.transaction() as tx:
-            agg = tx.load_run("run-1")
-        assert agg is not None
-        effect = _stale_effect(name, agg)
-        with pytest.raises(StaleWrite), edge.transaction() as tx:  # the runner as shipped
-            tx.execute(effect)
-        before = edge.project()
-        BY_NAME[name].apply(monkeypatch)
-        with edge.transaction() as tx:  # the mutant accepts the stale write: caught
-            tx.execute(effect)
-        assert edge.project() != before
-    finally:
-        edge.close()
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for trace in SUBSET:
+        shutil.copy(RUN_CORPUS / trace, traces / trace)
+    argv = ["conform", "--quiet", "--traces", str(traces), *options]
+    clean = io.StringIO()
+    assert main(argv, out=clean) == 0, clean.getvalue()  # the runner as shipped passes
+    assert says not in clean.getvalue()
+    BY_NAME[name].apply(monkeypatch)
+    out = io.StringIO()
+    assert main(argv, out=out) == 1
+    assert says in out.getvalue()
