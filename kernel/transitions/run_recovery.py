@@ -38,15 +38,21 @@ from kernel.transitions.run_lease import (
 from kernel.transitions.transaction import Tx
 
 _STARTED = (AttemptStatus.STARTING, AttemptStatus.RUNNING)
+# I-2 pairs a `starting` Attempt with a `dispatching` Run and a `running` one with a `running`
+# Run, so naming the Run statuses selects the same Runs and lets a store drive the selection
+# from its Run status index instead of an index of its own (CAD-16, docs/decisions.md E-2).
+_STARTED_RUN = (RunStatus.DISPATCHING, RunStatus.RUNNING)
 
 
 def is_local_startup_candidate(aggregate: RunAggregate) -> bool:
     """§2.2 selection: ordinary runtime Runs whose latest Attempt is a local-executor Attempt in
-    `starting` or `running` (Workflow Runs go to §4.5)."""
+    `starting` or `running` (Workflow Runs go to §4.5); by I-2 such a Run is `dispatching` or
+    `running`, which the selection states so that it reads the Run status first (CAD-16)."""
     run = aggregate.run
     latest = aggregate.latest_attempt
     return (
-        run.owner is RunOwner.RUNTIME
+        run.status in _STARTED_RUN
+        and run.owner is RunOwner.RUNTIME
         and run.kind is RunKind.ORDINARY
         and latest is not None
         and latest.is_local

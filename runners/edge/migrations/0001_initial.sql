@@ -136,10 +136,8 @@ CREATE UNIQUE INDEX run_dispatch_leases_one_leased
 -- Loading an aggregate reads its leases by Run (and backs the foreign key).
 CREATE INDEX run_dispatch_leases_by_run ON run_dispatch_leases (run_id);
 
--- Every Run-domain source starts from a Run status (lost retry, cancellation convergence,
--- local dispatch, orphaned `created` Runs, the cluster recovery source); created time and id
--- give the orphaned-created keyset order directly.
+-- Every Run-domain source starts from a Run status: local dispatch and cancellation
+-- convergence, and on the same index, with nothing of their own (CAD-16), lost retry, startup
+-- recovery and the cluster recovery source; created time and id give the orphaned-created
+-- keyset order directly.
 CREATE INDEX runs_by_status ON runs (status, created_at_ms, run_id);
-
--- Local startup recovery starts from the started (`starting`/`running`) Attempts.
-CREATE INDEX attempts_by_status ON attempts (status, attempt_id);

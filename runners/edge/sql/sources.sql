@@ -104,11 +104,14 @@ LIMIT :limit + 1;
 
 -- name: local_startup_candidates
 -- §2.2: ordinary runtime Runs whose latest Attempt is a local-executor Attempt (it holds a
--- callback digest) in starting|running. Key (attempt_id).
+-- callback digest) in starting|running. Key (attempt_id). Driven by the Run status index, not
+-- an Attempt index of its own (CAD-16, decision E-2): by I-2 a starting Attempt's Run is
+-- `dispatching` and a running one's is `running`, so only live Runs are read and sorted.
 SELECT a.run_id AS run_id, a.attempt_id AS attempt_id
-FROM attempts AS a INDEXED BY attempts_by_status
-JOIN runs AS r ON r.run_id = a.run_id
-WHERE a.status IN ('starting', 'running')
+FROM runs AS r INDEXED BY runs_by_status
+JOIN attempts AS a ON a.run_id = r.run_id
+WHERE r.status IN ('dispatching', 'running')
+  AND a.status IN ('starting', 'running')
   AND a.callback_token_sha256 IS NOT NULL
   AND a.number = (SELECT max(x.number) FROM attempts AS x WHERE x.run_id = a.run_id)
   AND r.owner = 'runtime'
@@ -118,9 +121,10 @@ LIMIT :limit + 1;
 
 -- name: local_startup_candidates_after
 SELECT a.run_id AS run_id, a.attempt_id AS attempt_id
-FROM attempts AS a INDEXED BY attempts_by_status
-JOIN runs AS r ON r.run_id = a.run_id
-WHERE a.status IN ('starting', 'running')
+FROM runs AS r INDEXED BY runs_by_status
+JOIN attempts AS a ON a.run_id = r.run_id
+WHERE r.status IN ('dispatching', 'running')
+  AND a.status IN ('starting', 'running')
   AND a.attempt_id > :after_attempt_id
   AND a.callback_token_sha256 IS NOT NULL
   AND a.number = (SELECT max(x.number) FROM attempts AS x WHERE x.run_id = a.run_id)

@@ -6,8 +6,10 @@ concurrent writers on one lease."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
+import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -17,8 +19,11 @@ from pathlib import Path
 import pytest
 
 from conformance.adapter import ConformanceAdapter, run_step
+from conformance.corpus import RUN_CORPUS
 from conformance.faults import Fault, FaultKind
 from conformance.reference import ReferenceStore
+from conformance.replay import replay
+from conformance.trace import loads
 from kernel import (
     AcknowledgeRunning,
     AcknowledgeStarting,
@@ -65,7 +70,7 @@ from runners.edge import migrate as migrate_module
 from runners.edge.adapter import EdgeAdapter
 from runners.edge.connection import EdgeConfigError
 from runners.edge.migrate import MigrationError, migrate, migrations, split_statements
-from runners.edge.named_sql import STATEMENTS, SqlFileError, parse_sections
+from runners.edge.named_sql import SOURCES, STATEMENTS, SqlFileError, parse_sections
 from runners.edge.projection import read_only_uri
 from runners.edge.store import EdgeStore, EdgeTransaction
 from runners.engine import StaleWrite, Storage, StorageTransaction, execute, load_for
@@ -221,10 +226,23 @@ ENTITY_TABLES: dict[str, type] = {
 }
 
 
+#: Every index of the created schema and what needs it. The first two are §1.1's own; each other
+#: one has a user that is neither recovery nor lost retry (CAD-16, docs/decisions.md E-2), so
+#: recovery and retry ride on schema the runtime needs anyway and add nothing of their own.
+SCHEMA_INDEXES: dict[str, tuple[str, str] | None] = {
+    "run_dispatch_leases_by_expiry": None,  # §1.1: (status, expires_at_ms, attempt_id)
+    "run_dispatch_leases_one_leased": None,  # §1.1: at most one leased row per Attempt
+    "runs_by_status": ("sources", "local_dispatch_candidates"),  # also cancel convergence
+    "run_dispatch_leases_by_run": ("statements", "select_leases_of_run"),  # aggregate load
+}
+
+
+@pytest.mark.spec("CAD-16")
 def test_the_created_schema_is_the_run_domain_of_1_1(tmp_path: Path) -> None:
-    """One migration creates exactly the §1.1 tables, each with exactly the kernel entity's
-    fields as columns, plus the version record; nothing else exists. Not yet CAD-16: the three
-    status/run indexes beyond §1.1 are an open decision (docs/decisions.md E-2)."""
+    """CAD-16: one migration creates exactly the §1.1 tables, each with exactly the kernel
+    entity's fields as columns, plus the version record; nothing else exists (no view, no
+    trigger), and every index beyond §1.1's two is used by a statement outside recovery and
+    lost retry, shown by its query plan."""
     store = EdgeStore(tmp_path / "edge.sqlite3")
     store.close()
     with closing(sqlite3.connect(tmp_path / "edge.sqlite3")) as conn:
@@ -239,19 +257,56 @@ def test_the_created_schema_is_the_run_domain_of_1_1(tmp_path: Path) -> None:
             ]
             assert columns == [f.name for f in dataclasses.fields(entity)], table
         indexes = {name for kind, name in objects if kind == "index"}
-        assert indexes == {
-            "run_dispatch_leases_by_expiry",  # §1.1: (status, expires_at_ms, attempt_id)
-            "run_dispatch_leases_one_leased",  # §1.1: at most one leased row per Attempt
-            "run_dispatch_leases_by_run",
-            "runs_by_status",
-            "attempts_by_status",
-        }
+        assert indexes == set(SCHEMA_INDEXES)
         assert not {kind for kind, _ in objects} - {"table", "index"}  # no view, no trigger
         expiry = conn.execute(
             "SELECT name FROM pragma_index_info('run_dispatch_leases_by_expiry') ORDER BY seqno"
         ).fetchall()
         assert [c for (c,) in expiry] == ["status", "expires_at_ms", "attempt_id"]
+        for index, user in SCHEMA_INDEXES.items():
+            if user is None:
+                continue
+            kind, name = user
+            statement = (SOURCES if kind == "sources" else STATEMENTS)[name]
+            params = dict.fromkeys(re.findall(r":(\w+)", statement), 1)
+            rows = conn.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()
+            assert any(index in str(row[3]) for row in rows), (index, name, rows)
     assert [m.name for m in migrations()] == ["0001_initial"]
+
+
+@pytest.mark.spec("CAD-16")
+def test_recovery_and_retry_add_no_table_index_or_migration(tmp_path: Path) -> None:
+    """CAD-16: recovery and retry add no table, index or migration. No runtime SQL section
+    (statements or sources) creates, alters or drops anything, and replaying every named
+    startup-recovery and lost-retry trace of the corpus leaves the schema objects and the
+    recorded migrations exactly as the one migration created them."""
+    ddl = re.compile(r"\b(CREATE|ALTER|DROP|REINDEX)\b", re.IGNORECASE)
+    for name, text in {**STATEMENTS, **SOURCES}.items():
+        body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+        assert not ddl.search(body), name
+    traces = sorted(
+        path for path in RUN_CORPUS.glob("*.jsonl") if path.name.startswith(("REC-", "RETRY-"))
+    )
+    assert len(traces) >= 10
+    replayed = 0
+    for path in traces:
+        db = tmp_path / f"{path.stem}.sqlite3"
+        EdgeStore(db).close()
+        before = _schema(db)
+        result = replay(loads(path.read_text()), functools.partial(EdgeAdapter, db))
+        if result.missing_capabilities:
+            continue  # a cluster-only trace: the edge runner does not run it
+        assert result.divergence is None, path.name
+        assert _schema(db) == before, path.name
+        replayed += 1
+    assert replayed >= 10
+
+
+def _schema(path: Path) -> list[tuple[str, ...]]:
+    with closing(sqlite3.connect(path)) as conn:
+        objects = conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+        versions = conn.execute("SELECT * FROM schema_version ORDER BY version").fetchall()
+    return [tuple(map(str, row)) for row in objects + versions]
 
 
 def test_migration_records_its_version_and_rerunning_is_a_no_op(tmp_path: Path) -> None:
