@@ -170,6 +170,7 @@ def time_raw(path: Path, synchronous: str, transactions: Sequence[Transaction]) 
         conn.execute(STATEMENTS["pragma_journal_mode_wal"]).fetchall()
         conn.execute(STATEMENTS["pragma_foreign_keys_on"])
         conn.execute(STATEMENTS[f"pragma_synchronous_{synchronous.lower()}"])
+        conn.execute(STATEMENTS["pragma_cache_size"])
         start = time.perf_counter()
         for statements in transactions:
             conn.execute(STATEMENTS["begin_immediate"])

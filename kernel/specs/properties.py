@@ -11,9 +11,10 @@ D-16 CAD-16..18, RETRY-19..21, INBOX-43, INBOX-44, WF-19) and the redaction rule
   `@pytest.mark.spec(id)` test.
 
 Issue assignment: 2 = kernel + property tests (every item with PBT in §1.12/§2.6, CAD-11, CAD-12,
-CAD-17, RETRY-19, S-1); 4 = edge runner and conformance (pure CONF items of §1.12/§2.6, CAD-15,
-CAD-16, RETRY-21); 5 = cluster runner (REC-01, REC-02, REC-06, REC-13, RETRY-20, CAD-06, CAD-07,
-CAD-18); 6 = worker inbox (INBOX-*); 7 = lifecycles (the remaining CAD items); 8 = workflow (WF-19).
+CAD-17, RETRY-19, S-1); 4 = edge runner and conformance (pure CONF items of §1.12/§2.6, CAD-16);
+5 = cluster runner (REC-01, REC-02, REC-06, REC-13, RETRY-20, CAD-06, CAD-07, CAD-18); 6 = worker
+inbox (INBOX-*, CAD-15: receipts live there); 7 = lifecycles (the remaining CAD items, RETRY-21:
+the local dispatcher is assembled by the dispatch phase); 8 = workflow (WF-19).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Final
 __all__ = ["CURRENT_ISSUE", "KINDS", "PROPERTIES", "Property", "required_ids"]
 
 #: The issue being delivered now; `required_ids(CURRENT_ISSUE)` must all have passing tests.
-CURRENT_ISSUE: Final = 3  # issue 3 assigns no ids: its models cite the ids of issue 2
+CURRENT_ISSUE: Final = 4
 
 #: The test kinds of SPEC §0.2.
 KINDS: Final = frozenset({"PBT", "CONF", "LIFE"})
@@ -236,7 +237,8 @@ _ALL: Final = (
     _p("CAD-14", "LIFE", "ADR-0380 §3, ADR-0232 §4", 7,
        "Only its lifecycle triggers lost retry: there is no second lost-retry cadence."),
     # -- Appendix D additions ------------------------------------------------------------------
-    _p("CAD-15", "CONF", "ADR-0380 §3", 4,
+    # CAD-15 belongs with the receipts it protects (issue 6, docs/decisions.md E-4).
+    _p("CAD-15", "CONF", "ADR-0380 §3", 6,
        "Slow-cycle cleanup never deletes the receipt of a non-terminal Attempt."),
     _p("CAD-16", "CONF", "ADR-0380 acceptance, ADR-0232 §5", 4,
        "The created schema equals §1.1; recovery and retry add no table, index or migration."),
@@ -260,7 +262,8 @@ _ALL: Final = (
     _p("RETRY-20", "CONF", "ADR-0232 §3", 5,
        "On PostgreSQL the due check uses database time: with the runner clock ahead, a not-due "
        "Run is not requeued."),
-    _p("RETRY-21", "PBT", "ADR-0021 §5.5", 4,
+    # RETRY-21 belongs with the dispatch phase that assembles the dispatcher (issue 7, E-4).
+    _p("RETRY-21", "PBT", "ADR-0021 §5.5", 7,
        "The local dispatcher deep-copies the ExecutionSpec and rejects a non-advancing cursor."),
     # -- §0.4 Redaction rule ---------------------------------------------------------------------
     _p("S-1", "PBT", "§0.4", 2,

@@ -84,6 +84,7 @@ def connect(path: Path, synchronous: str, busy_timeout_ms: int) -> sqlite3.Conne
             raise sqlite3.OperationalError(f"could not enable WAL (journal_mode is {mode})")
         conn.execute(STATEMENTS["pragma_foreign_keys_on"])
         conn.execute(STATEMENTS[_SYNCHRONOUS_PRAGMA[synchronous]])
+        conn.execute(STATEMENTS["pragma_cache_size"])
         migrate(conn)
     except BaseException:
         conn.close()
@@ -142,6 +143,7 @@ class SqliteAuthority:
                 "foreign_keys": conn.execute(STATEMENTS["read_foreign_keys"]).fetchone()[0],
                 "busy_timeout": conn.execute(STATEMENTS["read_busy_timeout"]).fetchone()[0],
                 "synchronous": conn.execute(STATEMENTS["read_synchronous"]).fetchone()[0],
+                "cache_size": conn.execute(STATEMENTS["read_cache_size"]).fetchone()[0],
             }
 
     def reopen(self) -> None:

@@ -19,6 +19,12 @@ PRAGMA synchronous = FULL;
 -- name: pragma_synchronous_normal
 PRAGMA synchronous = NORMAL;
 
+-- name: pragma_cache_size
+-- 64 MiB of page cache (a negative size is KiB), allocated only as pages are read: a source
+-- page on a million-row file touches pages spread over hundreds of MiB, and with the 2 MiB
+-- default each call re-reads them from the OS (docs/performance.md §2).
+PRAGMA cache_size = -65536;
+
 -- name: read_journal_mode
 PRAGMA journal_mode;
 
@@ -27,6 +33,9 @@ PRAGMA foreign_keys;
 
 -- name: read_busy_timeout
 PRAGMA busy_timeout;
+
+-- name: read_cache_size
+PRAGMA cache_size;
 
 -- name: read_synchronous
 PRAGMA synchronous;

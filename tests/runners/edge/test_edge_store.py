@@ -151,6 +151,7 @@ def test_pragmas_are_set_on_the_one_connection(tmp_path: Path) -> None:
             "foreign_keys": 1,
             "busy_timeout": 5_000,
             "synchronous": 2,  # FULL: an acknowledged transition survives power loss
+            "cache_size": -65_536,  # 64 MiB, so source pages stay flat on big files
         }
     finally:
         store.close()
