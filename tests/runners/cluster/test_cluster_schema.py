@@ -1,0 +1,153 @@
+"""The cluster runner's schema (issue 5 item 1): its own versioned migration with the same
+logical schema as the edge runner's, applied once, fail closed, safe with replicas racing."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import threading
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from kernel import Attempt, Event, Lease, Run, RunRetryPolicy
+from runners.cluster import migrate as migrate_module
+from runners.cluster.migrate import MigrationError, migrate, migrations
+from runners.edge.store import EdgeStore
+
+Schema = tuple[psycopg.Connection[tuple[object, ...]], str]
+
+ENTITY_TABLES: dict[str, type] = {
+    "runs": Run,
+    "attempts": Attempt,
+    "run_retry_policies": RunRetryPolicy,
+    "run_dispatch_leases": Lease,
+    "events": Event,
+}
+
+
+def _objects(conn: psycopg.Connection[Any], schema: str) -> dict[str, Any]:
+    tables = {
+        str(name): [
+            str(column)
+            for (column,) in conn.execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = %(s)s AND table_name = %(t)s ORDER BY ordinal_position",
+                {"s": schema, "t": name},
+            ).fetchall()
+        ]
+        for (name,) in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %(s)s",
+            {"s": schema},
+        ).fetchall()
+    }
+    indexes = {
+        str(name)
+        for (name,) in conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = %(s)s", {"s": schema}
+        ).fetchall()
+    }
+    return {"tables": tables, "indexes": indexes}
+
+
+def _edge_objects(path: Path) -> dict[str, Any]:
+    EdgeStore(path).close()
+    with closing(sqlite3.connect(path)) as conn:
+        names = conn.execute(
+            "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
+        ).fetchall()
+        tables = {
+            name: [row[1] for row in conn.execute("SELECT * FROM pragma_table_info(?)", (name,))]
+            for kind, name in names
+            if kind == "table"
+        }
+    return {"tables": tables, "indexes": {name for kind, name in names if kind == "index"}}
+
+
+def test_the_cluster_schema_has_the_edge_schemas_tables_columns_and_indexes(
+    pg_schema: Schema, tmp_path: Path
+) -> None:
+    """The same logical schema on both runners: the same tables, the same columns in the same
+    order (the kernel entity fields), and the same named indexes besides PostgreSQL's own key
+    indexes (`*_pkey`, `*_key`)."""
+    conn, name = pg_schema
+    assert migrate(conn) == [1]
+    cluster = _objects(conn, name)
+    edge = _edge_objects(tmp_path / "edge.sqlite3")
+    assert cluster["tables"] == edge["tables"]
+    for table, entity in ENTITY_TABLES.items():
+        assert cluster["tables"][table] == [f.name for f in dataclasses.fields(entity)], table
+    named = {i for i in cluster["indexes"] if not i.endswith(("_pkey", "_key"))}
+    assert named == edge["indexes"]
+
+
+def test_migration_records_its_version_and_rerunning_is_a_no_op(pg_schema: Schema) -> None:
+    conn, name = pg_schema
+    assert migrate(conn) == [1]
+    before = _objects(conn, name)
+    (initial,) = migrations()
+    assert conn.execute("SELECT version, name, checksum FROM schema_version").fetchall() == [
+        (1, "0001_initial", initial.checksum)
+    ]
+    assert migrate(conn) == []
+    assert _objects(conn, name) == before
+
+
+def test_a_changed_or_unknown_migration_is_refused(pg_schema: Schema) -> None:
+    conn, _ = pg_schema
+    migrate(conn)
+    conn.execute("UPDATE schema_version SET checksum = %(c)s WHERE version = 1", {"c": "0" * 64})
+    with pytest.raises(MigrationError, match="changed"):
+        migrate(conn)
+    conn.execute(
+        "UPDATE schema_version SET checksum = %(c)s WHERE version = 1",
+        {"c": migrations()[0].checksum},
+    )
+    conn.execute("INSERT INTO schema_version VALUES (2, '0002_future', %(c)s)", {"c": "1" * 64})
+    with pytest.raises(MigrationError, match="newer"):
+        migrate(conn)
+
+
+def test_a_failed_migration_leaves_no_partial_schema(
+    pg_schema: Schema, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conn, name = pg_schema
+    broken = migrate_module.Migration(
+        1, "0001_initial", migrations()[0].text + "\nCREATE TABLE runs (x integer);\n"
+    )
+    monkeypatch.setattr(migrate_module, "migrations", lambda: (broken,))
+    with pytest.raises(psycopg.errors.DuplicateTable):
+        migrate(conn)
+    assert _objects(conn, name) == {"tables": {}, "indexes": set()}
+
+
+def test_replicas_migrating_at_once_apply_the_migration_exactly_once(
+    pg_schema: Schema, pg_dsn: str
+) -> None:
+    """Four replicas start together on one empty schema: the advisory lock serialises them, one
+    applies version 1, the others wait and apply nothing, and no one fails."""
+    _, name = pg_schema
+    barrier = threading.Barrier(4)
+    results: list[list[int]] = []
+    errors: list[BaseException] = []
+
+    def replica() -> None:
+        try:
+            with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(name)))
+                barrier.wait(timeout=30)
+                results.append(migrate(conn))
+        except BaseException as exc:  # reported below, never lost in a thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=replica) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    assert sorted(results) == [[], [], [], [1]]
