@@ -2,7 +2,9 @@
 files and are executed with named parameters. This test reads every Python file of the product
 tree (`kernel/`, `runners/`, `conformance/`) with `ast` and flags any `execute(`,
 `executemany(` or `executescript(` call whose SQL argument is an f-string, a `%`-formatted,
-`.format()`-ted, `+`-concatenated or `.join()`-ed string."""
+`.format()`-ted, `+`-concatenated or `.join()`-ed string. The one composition allowed is
+psycopg's own identifier quoting, `sql.SQL(STATEMENTS[...]).format(name=sql.Identifier(x))`
+(a schema name cannot be a bound parameter): the driver quotes it, no text is spliced."""
 
 from __future__ import annotations
 
@@ -26,10 +28,34 @@ def _formatted(node: ast.expr) -> str | None:
         return "+ concatenation"
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         if node.func.attr in {"format", "format_map"}:
-            return ".format()"
+            return None if _identifier_composition(node) else ".format()"
         if node.func.attr == "join":
             return ".join()"
     return None
+
+
+def _is_call_of(node: ast.expr, name: str) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == name
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "sql"
+    )
+
+
+def _identifier_composition(node: ast.Call) -> bool:
+    """`sql.SQL(STATEMENTS["..."]).format(k=sql.Identifier(v), ...)`: a named statement whose
+    placeholders are filled only with identifiers quoted by psycopg."""
+    assert isinstance(node.func, ast.Attribute)
+    receiver = node.func.value
+    if not (_is_call_of(receiver, "SQL") and isinstance(receiver, ast.Call)):
+        return False
+    template = receiver.args[0] if len(receiver.args) == 1 else None
+    if not (isinstance(template, ast.Subscript) and isinstance(template.value, ast.Name)):
+        return False
+    values = list(node.args) + [k.value for k in node.keywords]
+    return bool(values) and all(_is_call_of(v, "Identifier") for v in values)
 
 
 def violations(source: str, filename: str) -> list[str]:
@@ -74,6 +100,9 @@ def test_no_sql_is_built_by_string_formatting() -> None:
         'cur.executemany("INSERT INTO " + table + " VALUES (?)", rows)',
         'conn.executescript(" ".join(parts))',
         'conn.execute(sql=f"DELETE FROM {table}")',
+        'conn.execute(sql.SQL("DROP SCHEMA {}").format(name))',
+        'conn.execute(sql.SQL(f"DROP SCHEMA {name}").format(sql.Identifier(x)))',
+        'conn.execute(sql.SQL(STATEMENTS["drop"]).format(s=sql.Literal(x)))',
     ],
 )
 def test_the_check_flags_formatted_sql(snippet: str) -> None:
@@ -87,6 +116,7 @@ def test_the_check_flags_formatted_sql(snippet: str) -> None:
         'conn.execute("SELECT run_id FROM runs WHERE run_id = :run_id", {"run_id": run_id})',
         "engine.execute(storage, command, observed_at_ms)",
         'log.info(f"executed {name}")',
+        'conn.execute(sql.SQL(STATEMENTS["drop_schema"]).format(schema=sql.Identifier(name)))',
     ],
 )
 def test_the_check_accepts_named_statements_and_parameters(snippet: str) -> None:

@@ -16,9 +16,6 @@ power loss may roll back the last acknowledged commits); `EXTRA` is `FULL` in WA
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-import json
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -29,7 +26,6 @@ from kernel import (
     AppendEvent,
     Attempt,
     Effect,
-    Event,
     InsertAttempt,
     InsertLease,
     InsertPolicy,
@@ -44,21 +40,19 @@ from kernel import (
     UpdateRun,
 )
 from kernel.selection import Page
-from kernel.specs.states import (
-    AttemptStatus,
-    CancelReason,
-    LeaseStatus,
-    ReleaseReason,
-    RunKind,
-    RunOwner,
-    RunStatus,
-    Safety,
-)
 from runners.edge import sources
 from runners.edge.connection import DEFAULT_BUSY_TIMEOUT_MS, SqliteAuthority
 from runners.edge.named_sql import STATEMENTS
 from runners.edge.projection import Projection, project_file
 from runners.engine import StaleWrite
+from runners.rows import (
+    ATTEMPT_TYPES,
+    LEASE_TYPES,
+    POLICY_TYPES,
+    RUN_TYPES,
+    event_params,
+    row_params,
+)
 
 T = TypeVar("T")
 
@@ -71,19 +65,13 @@ STALE_CONSTRAINTS: Final = frozenset(
     }
 )
 
-# -- rows <-> entities ----------------------------------------------------------------------
-_RUN_TYPES: Mapping[str, Callable[[Any], Any]] = {
-    "kind": RunKind,
-    "owner": RunOwner,
-    "status": RunStatus,
-    "cancel_reason": CancelReason,
-}
-_ATTEMPT_TYPES: Mapping[str, Callable[[Any], Any]] = {"status": AttemptStatus}
-_POLICY_TYPES: Mapping[str, Callable[[Any], Any]] = {"safety": Safety, "retry_on_lost": bool}
-_LEASE_TYPES: Mapping[str, Callable[[Any], Any]] = {
-    "status": LeaseStatus,
-    "release_reason": ReleaseReason,
-}
+# -- rows <-> entities (the mapping is shared: runners/rows.py) ---------------------------
+_RUN_TYPES = RUN_TYPES
+_ATTEMPT_TYPES = ATTEMPT_TYPES
+_POLICY_TYPES = POLICY_TYPES
+_LEASE_TYPES = LEASE_TYPES
+_params = row_params
+_event_params = event_params
 
 
 def _entity(
@@ -98,47 +86,6 @@ def _entity(
         convert = types.get(name)
         fields[name] = value if value is None or convert is None else convert(value)
     return cls(**fields)
-
-
-_FIELD_NAMES: Mapping[type, tuple[str, ...]] = {
-    cls: tuple(f.name for f in dataclasses.fields(cls))
-    for cls in (Run, Attempt, RunRetryPolicy, Lease)
-}
-
-
-def _params(row: Run | Attempt | RunRetryPolicy | Lease) -> dict[str, Any]:
-    """Named parameters of a row: enums as their values, booleans as 0/1."""
-    out: dict[str, Any] = {}
-    for name in _FIELD_NAMES[type(row)]:
-        value = getattr(row, name)
-        if isinstance(value, enum.Enum):
-            value = value.value
-        elif isinstance(value, bool):
-            value = int(value)
-        out[name] = value
-    return out
-
-
-def _event_params(event: Event) -> dict[str, Any]:
-    payload = {k: (v.value if isinstance(v, enum.Enum) else v) for k, v in event.payload}
-    return {
-        "event_id": event.event_id,
-        "run_id": event.run_id,
-        "seq": event.seq,
-        "type": event.type,
-        "actor": event.actor.value,
-        "dedupe_key": event.dedupe_key,
-        "at_ms": event.at_ms,
-        "attempt_id": event.attempt_id,
-        "step_run_id": event.step_run_id,
-        "code": event.code,
-        "payload": canonical_payload(payload),
-    }
-
-
-def canonical_payload(payload: Mapping[str, Any]) -> str:
-    """Event payloads are stored as canonical JSON text (sorted keys, no whitespace)."""
-    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 # -- one transaction ------------------------------------------------------------------------

@@ -1,0 +1,61 @@
+"""The cluster runner through the conformance suite (issue 5 item 2, first part): every named
+trace whose capabilities the cluster adapter declares replays on a real PostgreSQL server with
+zero divergences, each in a schema of its own, and guard mode finds no stale write accepted.
+(The whole corpus: `qlk conform --runner cluster --dsn $QL3_PG_DSN`.)"""
+
+from __future__ import annotations
+
+import functools
+
+import psycopg
+
+from conformance.corpus import RUN_CORPUS, read_trace, trace_paths
+from conformance.guards import probe_every_write
+from conformance.replay import replay
+from runners.cluster.adapter import CAPABILITIES, make_cluster_adapter
+
+NAMED = [p for p in trace_paths(RUN_CORPUS) if p.parent == RUN_CORPUS]
+
+
+def test_every_applicable_named_trace_replays_without_divergence(pg_dsn: str) -> None:
+    factory = functools.partial(make_cluster_adapter, pg_dsn)
+    passed, not_applicable = [], []
+    for path in NAMED:
+        result = replay(read_trace(path), factory)
+        assert result.divergence is None, (path.name, result.divergence)
+        if result.missing_capabilities:
+            assert not set(result.missing_capabilities) <= CAPABILITIES
+            not_applicable.append(path.name)
+        else:
+            passed.append(path.name)
+    assert len(passed) >= 12, passed  # the command traces: fences, retries, faults
+    assert any(name.startswith("RUN-06") for name in passed)
+    assert any(name.startswith("LEASE-02") for name in passed)
+
+
+def test_guard_mode_finds_no_stale_write_accepted_by_the_cluster_store(pg_dsn: str) -> None:
+    report = probe_every_write(
+        functools.partial(make_cluster_adapter, pg_dsn), RUN_CORPUS, paths=NAMED
+    )
+    assert not report.not_applicable
+    assert report.failures == []
+    assert len(report.writes) >= 10, len(report.writes)
+    assert report.probes >= 60, report.probes
+
+
+def test_an_adapter_drops_its_schema_on_close(pg_dsn: str) -> None:
+    adapter = make_cluster_adapter(pg_dsn)
+    schema = adapter.store.schema
+    assert adapter.project() == {
+        "runs": [],
+        "attempts": [],
+        "policies": [],
+        "leases": [],
+        "events": [],
+    }
+    adapter.close()
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = %(s)s", {"s": schema}
+        ).fetchone()
+    assert row == (0,)
