@@ -11,7 +11,23 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from kernel import Attempt, Event, Lease, Run, RunRetryPolicy
+from kernel import (
+    AppendEvent,
+    Attempt,
+    Effect,
+    Event,
+    InsertAttempt,
+    InsertLease,
+    InsertPolicy,
+    InsertRun,
+    Lease,
+    Run,
+    RunRetryPolicy,
+    UpdateAttempt,
+    UpdateLease,
+    UpdatePolicy,
+    UpdateRun,
+)
 from kernel.specs.states import (
     AttemptStatus,
     CancelReason,
@@ -29,6 +45,7 @@ __all__ = [
     "POLICY_TYPES",
     "RUN_TYPES",
     "canonical_payload",
+    "effect_statement",
     "event_params",
     "row_params",
 ]
@@ -86,3 +103,35 @@ def event_params(event: Event) -> dict[str, Any]:
 def canonical_payload(payload: Mapping[str, Any]) -> str:
     """Event payloads are stored as canonical JSON text (sorted keys, no whitespace)."""
     return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def effect_statement(effect: Effect) -> tuple[str, dict[str, Any]]:
+    """The named statement that persists `effect` and its parameters, guard included (the same
+    section names in `runners/edge/sql/statements.sql` and `runners/cluster/sql/statements.sql`).
+    Booleans are 0/1 here; a store with a real BOOLEAN converts them."""
+    if isinstance(effect, InsertRun):
+        return "insert_run", row_params(effect.row)
+    if isinstance(effect, UpdateRun):
+        return "update_run", row_params(effect.row) | {"expected_version": effect.expected_version}
+    if isinstance(effect, InsertAttempt):
+        return "insert_attempt", row_params(effect.row)
+    if isinstance(effect, UpdateAttempt):
+        return "update_attempt", row_params(effect.row) | {
+            "expected_status": effect.expected_status.value,
+            "expected_lease_version": effect.expected_lease_version,
+        }
+    if isinstance(effect, InsertPolicy):
+        return "insert_policy", row_params(effect.row)
+    if isinstance(effect, UpdatePolicy):
+        params = row_params(effect.row) | {"expected_version": effect.expected_version}
+        return "update_policy", params
+    if isinstance(effect, InsertLease):
+        return "insert_lease", row_params(effect.row)
+    if isinstance(effect, UpdateLease):
+        return "update_lease", row_params(effect.row) | {
+            "expected_version": effect.expected_version,
+            "expected_status": effect.expected_status.value,
+        }
+    if isinstance(effect, AppendEvent):
+        return "insert_event", event_params(effect.event)
+    raise TypeError(f"unknown effect {type(effect).__name__}")  # pragma: no cover - closed union

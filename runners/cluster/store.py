@@ -23,27 +23,17 @@ import psycopg
 from psycopg import errors
 
 from kernel import (
-    AppendEvent,
     Attempt,
     Effect,
-    InsertAttempt,
-    InsertLease,
-    InsertPolicy,
-    InsertRun,
     Lease,
     Run,
     RunAggregate,
     RunRetryPolicy,
-    UpdateAttempt,
-    UpdateLease,
-    UpdatePolicy,
-    UpdateRun,
 )
 from runners.cluster.migrate import migrate
 from runners.cluster.named_sql import PROJECTION, STATEMENTS
 from runners.engine import StaleWrite
-from runners.rows import ATTEMPT_TYPES, LEASE_TYPES, POLICY_TYPES, RUN_TYPES, event_params
-from runners.rows import row_params as _params
+from runners.rows import ATTEMPT_TYPES, LEASE_TYPES, POLICY_TYPES, RUN_TYPES, effect_statement
 
 Projection = dict[str, list[dict[str, Any]]]
 
@@ -113,36 +103,8 @@ class ClusterTransaction:
 
     def execute(self, effect: Effect) -> None:
         """One effect, one named statement; a guard that no longer holds raises `StaleWrite`."""
-        if isinstance(effect, InsertRun):
-            self._write("insert_run", _params(effect.row))
-        elif isinstance(effect, UpdateRun):
-            params = _params(effect.row) | {"expected_version": effect.expected_version}
-            self._write("update_run", params)
-        elif isinstance(effect, InsertAttempt):
-            self._write("insert_attempt", _params(effect.row))
-        elif isinstance(effect, UpdateAttempt):
-            params = _params(effect.row) | {
-                "expected_status": effect.expected_status.value,
-                "expected_lease_version": effect.expected_lease_version,
-            }
-            self._write("update_attempt", params)
-        elif isinstance(effect, InsertPolicy):
-            self._write("insert_policy", _pg_params(_params(effect.row)))
-        elif isinstance(effect, UpdatePolicy):
-            params = _params(effect.row) | {"expected_version": effect.expected_version}
-            self._write("update_policy", _pg_params(params))
-        elif isinstance(effect, InsertLease):
-            self._write("insert_lease", _params(effect.row))
-        elif isinstance(effect, UpdateLease):
-            params = _params(effect.row) | {
-                "expected_version": effect.expected_version,
-                "expected_status": effect.expected_status.value,
-            }
-            self._write("update_lease", params)
-        elif isinstance(effect, AppendEvent):
-            self._write("insert_event", event_params(effect.event))
-        else:  # pragma: no cover - the Effect union is closed
-            raise TypeError(f"unknown effect {type(effect).__name__}")
+        name, params = effect_statement(effect)
+        self._write(name, _pg_params(params))
 
     def _write(self, name: str, params: Mapping[str, Any]) -> None:
         try:

@@ -23,21 +23,12 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from kernel import (
-    AppendEvent,
     Attempt,
     Effect,
-    InsertAttempt,
-    InsertLease,
-    InsertPolicy,
-    InsertRun,
     Lease,
     Run,
     RunAggregate,
     RunRetryPolicy,
-    UpdateAttempt,
-    UpdateLease,
-    UpdatePolicy,
-    UpdateRun,
 )
 from kernel.selection import Page
 from runners.edge import sources
@@ -45,14 +36,7 @@ from runners.edge.connection import DEFAULT_BUSY_TIMEOUT_MS, SqliteAuthority
 from runners.edge.named_sql import STATEMENTS
 from runners.edge.projection import Projection, project_file
 from runners.engine import StaleWrite
-from runners.rows import (
-    ATTEMPT_TYPES,
-    LEASE_TYPES,
-    POLICY_TYPES,
-    RUN_TYPES,
-    event_params,
-    row_params,
-)
+from runners.rows import ATTEMPT_TYPES, LEASE_TYPES, POLICY_TYPES, RUN_TYPES, effect_statement
 
 T = TypeVar("T")
 
@@ -66,12 +50,6 @@ STALE_CONSTRAINTS: Final = frozenset(
 )
 
 # -- rows <-> entities (the mapping is shared: runners/rows.py) ---------------------------
-_RUN_TYPES = RUN_TYPES
-_ATTEMPT_TYPES = ATTEMPT_TYPES
-_POLICY_TYPES = POLICY_TYPES
-_LEASE_TYPES = LEASE_TYPES
-_params = row_params
-_event_params = event_params
 
 
 def _entity(
@@ -102,16 +80,16 @@ class EdgeTransaction:
         found = cur.fetchone()
         if found is None:
             return None
-        run = _entity(Run, _RUN_TYPES, cur, found)
+        run = _entity(Run, RUN_TYPES, cur, found)
         cur = conn.execute(STATEMENTS["select_attempts_of_run"], key)
-        attempts = tuple(_entity(Attempt, _ATTEMPT_TYPES, cur, r) for r in cur.fetchall())
+        attempts = tuple(_entity(Attempt, ATTEMPT_TYPES, cur, r) for r in cur.fetchall())
         cur = conn.execute(STATEMENTS["select_policy_of_run"], key)
         policy_row = cur.fetchone()
         policy = (
-            None if policy_row is None else _entity(RunRetryPolicy, _POLICY_TYPES, cur, policy_row)
+            None if policy_row is None else _entity(RunRetryPolicy, POLICY_TYPES, cur, policy_row)
         )
         cur = conn.execute(STATEMENTS["select_leases_of_run"], key)
-        leases = tuple(_entity(Lease, _LEASE_TYPES, cur, r) for r in cur.fetchall())
+        leases = tuple(_entity(Lease, LEASE_TYPES, cur, r) for r in cur.fetchall())
         return RunAggregate(run=run, attempts=attempts, policy=policy, leases=leases)
 
     def load_run_of_attempt(self, attempt_id: str) -> RunAggregate | None:
@@ -122,36 +100,8 @@ class EdgeTransaction:
 
     def execute(self, effect: Effect) -> None:
         """One effect, one named statement; a guard that no longer holds raises `StaleWrite`."""
-        if isinstance(effect, InsertRun):
-            self._write("insert_run", _params(effect.row))
-        elif isinstance(effect, UpdateRun):
-            params = _params(effect.row) | {"expected_version": effect.expected_version}
-            self._write("update_run", params)
-        elif isinstance(effect, InsertAttempt):
-            self._write("insert_attempt", _params(effect.row))
-        elif isinstance(effect, UpdateAttempt):
-            params = _params(effect.row) | {
-                "expected_status": effect.expected_status.value,
-                "expected_lease_version": effect.expected_lease_version,
-            }
-            self._write("update_attempt", params)
-        elif isinstance(effect, InsertPolicy):
-            self._write("insert_policy", _params(effect.row))
-        elif isinstance(effect, UpdatePolicy):
-            params = _params(effect.row) | {"expected_version": effect.expected_version}
-            self._write("update_policy", params)
-        elif isinstance(effect, InsertLease):
-            self._write("insert_lease", _params(effect.row))
-        elif isinstance(effect, UpdateLease):
-            params = _params(effect.row) | {
-                "expected_version": effect.expected_version,
-                "expected_status": effect.expected_status.value,
-            }
-            self._write("update_lease", params)
-        elif isinstance(effect, AppendEvent):
-            self._write("insert_event", _event_params(effect.event))
-        else:  # pragma: no cover - the Effect union is closed
-            raise TypeError(f"unknown effect {type(effect).__name__}")
+        name, params = effect_statement(effect)
+        self._write(name, params)
 
     def _write(self, name: str, params: Mapping[str, Any]) -> None:
         try:
