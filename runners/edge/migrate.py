@@ -9,50 +9,24 @@ and the file disagree about the schema.
 
 from __future__ import annotations
 
-import hashlib
-import re
 import sqlite3
-from dataclasses import dataclass
-from importlib import resources
 
 from runners.edge.named_sql import STATEMENTS
+from runners.migration_files import Migration, MigrationError, load_migrations
 
-_FILE = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9_]+)\.sql$")
-
-
-class MigrationError(RuntimeError):
-    """The database's recorded schema does not match this runner's migrations."""
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    version: int
-    name: str
-    text: str
-
-    @property
-    def checksum(self) -> str:
-        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+__all__ = [
+    "Migration",
+    "MigrationError",
+    "applied_versions",
+    "migrate",
+    "migrations",
+    "split_statements",
+]
 
 
 def migrations() -> tuple[Migration, ...]:
-    """Every migration file, by version; versions must be 1..N without gaps."""
-    folder = resources.files("runners.edge").joinpath("migrations")
-    found: list[Migration] = []
-    for entry in folder.iterdir():
-        match = _FILE.match(entry.name)
-        if match is not None:
-            found.append(
-                Migration(
-                    int(match.group("version")),
-                    f"{match.group('version')}_{match.group('name')}",
-                    entry.read_text(encoding="utf-8"),
-                )
-            )
-    found.sort(key=lambda m: m.version)
-    if [m.version for m in found] != list(range(1, len(found) + 1)):
-        raise MigrationError("migration versions must be 1..N without gaps")
-    return tuple(found)
+    """Every migration file of this runner, by version (1..N without gaps)."""
+    return load_migrations("runners.edge")
 
 
 def split_statements(script: str) -> list[str]:
