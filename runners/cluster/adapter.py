@@ -17,13 +17,24 @@ from psycopg import sql
 
 from conformance.adapter import StepResult, run_step
 from conformance.faults import Fault
-from conformance.pages import PageRequest
+from conformance.pages import PageRequest, run_page
 from conformance.projection import Projection
 from kernel import Command
 from runners.cluster.named_sql import STATEMENTS
 from runners.cluster.store import ClusterStore
 
-CAPABILITIES = frozenset({"run", "faults", "guards"})
+CAPABILITIES = frozenset(
+    {
+        "run",
+        "faults",
+        "sources",
+        "cluster_recovery",
+        "lost_retry_cluster",
+        "local_recovery",
+        "lost_retry_local",
+        "guards",
+    }
+)
 
 
 class ClusterAdapter:
@@ -51,8 +62,8 @@ class ClusterAdapter:
         return run_step(self.store, command, observed_at_ms, fault)
 
     def page(self, request: PageRequest, observed_at_ms: int, fault: Fault | None) -> StepResult:
-        # Never reached: a trace with page steps needs `sources`, which is not declared yet.
-        raise NotImplementedError("the cluster sources are not built yet (issue 5)")
+        result = run_page(self.store, self.store, request, observed_at_ms, fault)
+        return StepResult(result.kind, result.code, result.page)
 
     def project(self) -> Projection:
         return self.store.project()

@@ -13,7 +13,7 @@ from types import MappingProxyType
 
 from runners.edge.named_sql import SqlFileError, parse_sections
 
-__all__ = ["PROJECTION", "STATEMENTS", "SqlFileError", "load"]
+__all__ = ["PROJECTION", "SOURCES", "STATEMENTS", "SqlFileError", "load"]
 
 
 def load(filename: str) -> Mapping[str, str]:
@@ -23,3 +23,4 @@ def load(filename: str) -> Mapping[str, str]:
 
 STATEMENTS: Mapping[str, str] = MappingProxyType(dict(load("statements.sql")))
 PROJECTION: Mapping[str, str] = MappingProxyType(dict(load("projection.sql")))
+SOURCES: Mapping[str, str] = MappingProxyType(dict(load("sources.sql")))

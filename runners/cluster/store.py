@@ -15,7 +15,7 @@ conformance); `ClusterStore` migrates it on open.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Final
 
@@ -31,9 +31,10 @@ from kernel import (
     RunRetryPolicy,
 )
 from runners.cluster.migrate import migrate
-from runners.cluster.named_sql import PROJECTION, STATEMENTS
+from runners.cluster.named_sql import PROJECTION, SOURCES, STATEMENTS
 from runners.engine import StaleWrite
 from runners.rows import ATTEMPT_TYPES, LEASE_TYPES, POLICY_TYPES, RUN_TYPES, effect_statement
+from runners.sql_sources import SqlSources
 
 Projection = dict[str, list[dict[str, Any]]]
 
@@ -115,7 +116,7 @@ class ClusterTransaction:
             raise StaleWrite(f"{name}: {cursor.rowcount} rows")
 
 
-class ClusterStore:
+class ClusterStore(SqlSources):
     """The cluster store on one PostgreSQL schema: `Storage` (`transaction()`), `project()`
     (the backdoor reader on a second connection), `reopen()`, `close()`."""
 
@@ -144,6 +145,10 @@ class ClusterStore:
         conn = self._open()
         with conn.transaction():
             yield ClusterTransaction(conn)
+
+    def _source_rows(self, name: str, params: Mapping[str, Any]) -> Sequence[Sequence[Any]]:
+        # One statement on the autocommit connection: one snapshot, one observation time.
+        return self._open().execute(SOURCES[name], params).fetchall()
 
     def project(self) -> Projection:
         """The canonical projection of what is committed, read directly from the tables on a

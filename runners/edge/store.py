@@ -17,7 +17,7 @@ power loss may roll back the last acknowledged commits); `EXTRA` is `FULL` in WA
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -30,13 +30,13 @@ from kernel import (
     RunAggregate,
     RunRetryPolicy,
 )
-from kernel.selection import Page
 from runners.edge import sources
 from runners.edge.connection import DEFAULT_BUSY_TIMEOUT_MS, SqliteAuthority
 from runners.edge.named_sql import STATEMENTS
 from runners.edge.projection import Projection, project_file
 from runners.engine import StaleWrite
 from runners.rows import ATTEMPT_TYPES, LEASE_TYPES, POLICY_TYPES, RUN_TYPES, effect_statement
+from runners.sql_sources import SqlSources
 
 T = TypeVar("T")
 
@@ -115,7 +115,7 @@ class EdgeTransaction:
 
 
 # -- the store ------------------------------------------------------------------------------
-class EdgeStore:
+class EdgeStore(SqlSources):
     """The edge/standalone store on one SQLite file: `Storage` (`transaction()`), `Sources`
     (the seven candidate queries), `project()` (the backdoor reader), `reopen()`, `close()`."""
 
@@ -140,46 +140,10 @@ class EdgeStore:
         with self.authority.transaction() as conn:
             yield EdgeTransaction(conn)
 
-    # -- Sources ----------------------------------------------------------------------------
-    def lost_retry_candidates(
-        self, observed_at_ms: int, limit: int
-    ) -> Page[tuple[int, int, int, str]]:
+    # -- Sources (runners.sql_sources) -----------------------------------------------------
+    def _source_rows(self, name: str, params: Mapping[str, Any]) -> Sequence[Sequence[Any]]:
         with self.authority.reading() as conn:
-            return sources.lost_retry_candidates(conn, observed_at_ms, limit)
-
-    def runtime_recovery_candidates(
-        self, observed_at_ms: int, limit: int
-    ) -> Page[tuple[int, int, str]]:
-        with self.authority.reading() as conn:
-            return sources.runtime_recovery_candidates(conn, observed_at_ms, limit)
-
-    def lease_expiry_candidates(
-        self, observed_at_ms: int, limit: int, after: tuple[int, str] | None = None
-    ) -> Page[tuple[int, str]]:
-        with self.authority.reading() as conn:
-            return sources.lease_expiry_candidates(conn, observed_at_ms, limit, after)
-
-    def local_startup_candidates(
-        self, limit: int, after: tuple[str] | None = None
-    ) -> Page[tuple[str]]:
-        with self.authority.reading() as conn:
-            return sources.local_startup_candidates(conn, limit, after)
-
-    def orphaned_created_candidates(
-        self, process_started_at_ms: int, limit: int, after: tuple[int, str] | None = None
-    ) -> Page[tuple[int, str]]:
-        with self.authority.reading() as conn:
-            return sources.orphaned_created_candidates(conn, process_started_at_ms, limit, after)
-
-    def cancel_convergence_candidates(self, limit: int) -> Page[tuple[int, str]]:
-        with self.authority.reading() as conn:
-            return sources.cancel_convergence_candidates(conn, limit)
-
-    def local_dispatch_candidates(
-        self, local_executor_type: str, limit: int, after: tuple[int, int, str] | None = None
-    ) -> Page[tuple[int, int, str]]:
-        with self.authority.reading() as conn:
-            return sources.local_dispatch_candidates(conn, local_executor_type, limit, after)
+            return conn.execute(sources.SOURCES[name], params).fetchall()
 
     # -- conformance and lifecycle ----------------------------------------------------------
     def project(self) -> Projection:

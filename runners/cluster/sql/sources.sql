@@ -1,0 +1,213 @@
+-- The read-only candidate sources of the Run domain on PostgreSQL (runners/sources.py), one
+-- statement each, plus a `_after` variant for the sources that page with a keyset cursor (P-3).
+-- The same eligibility, order and bounds as the edge runner's `sources.sql` and
+-- kernel/selection.py: `LIMIT limit + 1` decides `has_more` (P-2), one observation time per
+-- call (P-5), nothing ineligible returned (P-6). Text keys compare with COLLATE "C" (code point
+-- order, the oracle's `str` order) whatever the database's default collation is.
+-- "Latest Attempt" is the Attempt with the highest number of its Run (unique (run_id, number)).
+
+-- name: lost_retry_candidates
+-- §1.8.2: runtime-owned ordinary Runs without intent whose latest Attempt is `lost`; `lost` Runs
+-- by (latest.finished_at_ms, run_id) first, then due `retry_wait` Runs by
+-- (next_attempt_at_ms, run_id). Key (k0, k1, 0, run_id).
+SELECT run_id, attempt_id, k0, k1
+FROM (
+    SELECT r.run_id AS run_id, a.attempt_id AS attempt_id, 0 AS k0,
+           coalesce(a.finished_at_ms, 0) AS k1
+    FROM runs AS r
+    JOIN attempts AS a
+      ON a.run_id = r.run_id
+     AND a.number = (SELECT max(x.number) FROM attempts AS x WHERE x.run_id = r.run_id)
+    WHERE r.status = 'lost'
+      AND r.owner = 'runtime'
+      AND r.kind = 'ordinary'
+      AND r.cancel_requested_at_ms IS NULL
+      AND a.status = 'lost'
+    UNION ALL
+    SELECT r.run_id AS run_id, a.attempt_id AS attempt_id, 1 AS k0,
+           p.next_attempt_at_ms AS k1
+    FROM runs AS r
+    JOIN run_retry_policies AS p ON p.run_id = r.run_id
+    JOIN attempts AS a
+      ON a.run_id = r.run_id
+     AND a.number = (SELECT max(x.number) FROM attempts AS x WHERE x.run_id = r.run_id)
+    WHERE r.status = 'retry_wait'
+      AND r.owner = 'runtime'
+      AND r.kind = 'ordinary'
+      AND r.cancel_requested_at_ms IS NULL
+      AND a.status = 'lost'
+      AND p.next_attempt_at_ms <= %(observed_at_ms)s
+) AS candidates
+ORDER BY k0, k1, run_id COLLATE "C"
+LIMIT %(limit)s + 1;
+
+-- name: runtime_recovery_candidates
+-- §2.3: runtime ordinary Runs in dispatching|running|lost whose latest Attempt is
+-- claimed|starting|running, not pristine (B-33: no binding, offer, start facts, callback
+-- digest, nor any lease row), with no `leased` lease or an expired one. Key
+-- (0, 0, attempt_id) without a leased lease, else (1, expires_at_ms, attempt_id).
+SELECT r.run_id AS run_id, a.attempt_id AS attempt_id,
+       CASE WHEN l.attempt_id IS NULL THEN 0 ELSE 1 END AS k0,
+       coalesce(l.expires_at_ms, 0) AS k1
+FROM runs AS r
+JOIN attempts AS a
+  ON a.run_id = r.run_id
+ AND a.number = (SELECT max(x.number) FROM attempts AS x WHERE x.run_id = r.run_id)
+LEFT JOIN run_dispatch_leases AS l
+  ON l.attempt_id = a.attempt_id
+ AND l.run_id = r.run_id
+ AND l.status = 'leased'
+WHERE r.status IN ('dispatching', 'running', 'lost')
+  AND r.owner = 'runtime'
+  AND r.kind = 'ordinary'
+  AND a.status IN ('claimed', 'starting', 'running')
+  AND NOT (
+      a.status = 'claimed'
+      AND a.worker_id IS NULL
+      AND a.offer_id IS NULL
+      AND a.lease_generation IS NULL
+      AND a.executor_handle IS NULL
+      AND a.started_at_ms IS NULL
+      AND a.callback_token_sha256 IS NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM run_dispatch_leases AS y
+          WHERE y.attempt_id = a.attempt_id AND y.run_id = r.run_id
+      )
+  )
+  AND (l.attempt_id IS NULL OR l.expires_at_ms <= %(observed_at_ms)s)
+ORDER BY k0, k1, a.attempt_id COLLATE "C"
+LIMIT %(limit)s + 1;
+
+-- name: lease_expiry_candidates
+-- §3.16: `leased` leases of runtime Runs with expires_at_ms <= observation time, in the order
+-- of index (status, expires_at_ms, attempt_id). Key (expires_at_ms, attempt_id).
+SELECT r.run_id AS run_id, l.attempt_id AS attempt_id, l.expires_at_ms AS k0
+FROM run_dispatch_leases AS l
+JOIN runs AS r ON r.run_id = l.run_id
+WHERE l.status = 'leased'
+  AND l.expires_at_ms <= %(observed_at_ms)s
+  AND r.owner = 'runtime'
+ORDER BY l.expires_at_ms, l.attempt_id COLLATE "C"
+LIMIT %(limit)s + 1;
+
+-- name: lease_expiry_candidates_after
+SELECT r.run_id AS run_id, l.attempt_id AS attempt_id, l.expires_at_ms AS k0
+FROM run_dispatch_leases AS l
+JOIN runs AS r ON r.run_id = l.run_id
+WHERE l.status = 'leased'
+  AND l.expires_at_ms <= %(observed_at_ms)s
+  AND (l.expires_at_ms, l.attempt_id COLLATE "C") > (%(after_expires_at_ms)s, %(after_attempt_id)s)
+  AND r.owner = 'runtime'
+ORDER BY l.expires_at_ms, l.attempt_id COLLATE "C"
+LIMIT %(limit)s + 1;
+
+-- name: local_startup_candidates
+-- §2.2: ordinary runtime Runs whose latest Attempt is a local-executor Attempt (it holds a
+-- callback digest) in starting|running. Key (attempt_id). Driven by the Run status index, not
+-- an Attempt index of its own (CAD-16, decision E-2): by I-2 a starting Attempt's Run is
+-- `dispatching` and a running one's is `running`, so only live Runs are read and sorted.
+SELECT a.run_id AS run_id, a.attempt_id AS attempt_id
+FROM runs AS r
+JOIN attempts AS a ON a.run_id = r.run_id
+WHERE r.status IN ('dispatching', 'running')
+  AND a.status IN ('starting', 'running')
+  AND a.callback_token_sha256 IS NOT NULL
+  AND a.number = (SELECT max(x.number) FROM attempts AS x WHERE x.run_id = a.run_id)
+  AND r.owner = 'runtime'
+  AND r.kind = 'ordinary'
+ORDER BY a.attempt_id COLLATE "C"
+LIMIT %(limit)s + 1;
+
+-- name: local_startup_candidates_after
+SELECT a.run_id AS run_id, a.attempt_id AS attempt_id
+FROM runs AS r
+JOIN attempts AS a ON a.run_id = r.run_id
+WHERE r.status IN ('dispatching', 'running')
+  AND a.status IN ('starting', 'running')
+  AND a.attempt_id COLLATE "C" > %(after_attempt_id)s
+  AND a.callback_token_sha256 IS NOT NULL
+  AND a.number = (SELECT max(x.number) FROM attempts AS x WHERE x.run_id = a.run_id)
+  AND r.owner = 'runtime'
+  AND r.kind = 'ordinary'
+ORDER BY a.attempt_id COLLATE "C"
+LIMIT %(limit)s + 1;
+
+-- name: orphaned_created_candidates
+-- §2.2 (B-30): ordinary runtime `created` Runs created before this process started.
+-- Key (created_at_ms, run_id).
+SELECT r.run_id AS run_id, r.created_at_ms AS k0
+FROM runs AS r
+WHERE r.status = 'created'
+  AND r.created_at_ms < %(process_started_at_ms)s
+  AND r.owner = 'runtime'
+  AND r.kind = 'ordinary'
+ORDER BY r.created_at_ms, r.run_id COLLATE "C"
+LIMIT %(limit)s + 1;
+
+-- name: orphaned_created_candidates_after
+SELECT r.run_id AS run_id, r.created_at_ms AS k0
+FROM runs AS r
+WHERE r.status = 'created'
+  AND r.created_at_ms < %(process_started_at_ms)s
+  AND (r.created_at_ms, r.run_id COLLATE "C") > (%(after_created_at_ms)s, %(after_run_id)s)
+  AND r.owner = 'runtime'
+  AND r.kind = 'ordinary'
+ORDER BY r.created_at_ms, r.run_id COLLATE "C"
+LIMIT %(limit)s + 1;
+
+-- name: cancel_convergence_candidates
+-- §1.9 (D-6): runtime ordinary Runs with an intent and no live execution: created, queued,
+-- lost or retry_wait, or dispatching with a `claimed` latest Attempt.
+-- Key (cancel_requested_at_ms, run_id).
+SELECT r.run_id AS run_id, r.cancel_requested_at_ms AS k0
+FROM runs AS r
+WHERE r.status IN ('created', 'queued', 'lost', 'retry_wait', 'dispatching')
+  AND r.cancel_requested_at_ms IS NOT NULL
+  AND r.owner = 'runtime'
+  AND r.kind = 'ordinary'
+  AND (
+      r.status <> 'dispatching'
+      OR EXISTS (
+          SELECT 1 FROM attempts AS a
+          WHERE a.run_id = r.run_id
+            AND a.status = 'claimed'
+            AND a.number = (SELECT max(x.number) FROM attempts AS x WHERE x.run_id = r.run_id)
+      )
+  )
+ORDER BY r.cancel_requested_at_ms, r.run_id COLLATE "C"
+LIMIT %(limit)s + 1;
+
+-- name: local_dispatch_candidates
+-- §1.8.3 (D-13): the latest `claimed` Attempt, of the local executor type, of an uncancelled
+-- runtime `queued` Run. Key (coalesce(queued_at_ms, created_at_ms), attempt created_at_ms,
+-- attempt_id).
+SELECT r.run_id AS run_id, a.attempt_id AS attempt_id,
+       coalesce(r.queued_at_ms, r.created_at_ms) AS k0, a.created_at_ms AS k1
+FROM runs AS r
+JOIN attempts AS a
+  ON a.run_id = r.run_id
+ AND a.number = (SELECT max(x.number) FROM attempts AS x WHERE x.run_id = r.run_id)
+WHERE r.status = 'queued'
+  AND r.owner = 'runtime'
+  AND r.cancel_requested_at_ms IS NULL
+  AND a.status = 'claimed'
+  AND a.executor_type = %(local_executor_type)s
+ORDER BY k0, k1, a.attempt_id COLLATE "C"
+LIMIT %(limit)s + 1;
+
+-- name: local_dispatch_candidates_after
+SELECT r.run_id AS run_id, a.attempt_id AS attempt_id,
+       coalesce(r.queued_at_ms, r.created_at_ms) AS k0, a.created_at_ms AS k1
+FROM runs AS r
+JOIN attempts AS a
+  ON a.run_id = r.run_id
+ AND a.number = (SELECT max(x.number) FROM attempts AS x WHERE x.run_id = r.run_id)
+WHERE r.status = 'queued'
+  AND r.owner = 'runtime'
+  AND r.cancel_requested_at_ms IS NULL
+  AND a.status = 'claimed'
+  AND a.executor_type = %(local_executor_type)s
+  AND (coalesce(r.queued_at_ms, r.created_at_ms), a.created_at_ms, a.attempt_id COLLATE "C")
+      > (%(after_queued_at_ms)s, %(after_created_at_ms)s, %(after_attempt_id)s)
+ORDER BY k0, k1, a.attempt_id COLLATE "C"
+LIMIT %(limit)s + 1;
