@@ -75,7 +75,7 @@ def test_the_cluster_schema_has_the_edge_schemas_tables_columns_and_indexes(
     order (the kernel entity fields), and the same named indexes besides PostgreSQL's own key
     indexes (`*_pkey`, `*_key`)."""
     conn, name = pg_schema
-    assert migrate(conn) == [1]
+    assert migrate(conn) == [1, 2]
     cluster = _objects(conn, name)
     edge = _edge_objects(tmp_path / "edge.sqlite3")
     assert cluster["tables"] == edge["tables"]
@@ -87,11 +87,14 @@ def test_the_cluster_schema_has_the_edge_schemas_tables_columns_and_indexes(
 
 def test_migration_records_its_version_and_rerunning_is_a_no_op(pg_schema: Schema) -> None:
     conn, name = pg_schema
-    assert migrate(conn) == [1]
+    assert migrate(conn) == [1, 2]
     before = _objects(conn, name)
-    (initial,) = migrations()
-    assert conn.execute("SELECT version, name, checksum FROM schema_version").fetchall() == [
-        (1, "0001_initial", initial.checksum)
+    initial, role = migrations()
+    assert conn.execute(
+        "SELECT version, name, checksum FROM schema_version ORDER BY version"
+    ).fetchall() == [
+        (1, "0001_initial", initial.checksum),
+        (2, "0002_worker_ingress_role", role.checksum),
     ]
     assert migrate(conn) == []
     assert _objects(conn, name) == before
@@ -107,7 +110,7 @@ def test_a_changed_or_unknown_migration_is_refused(pg_schema: Schema) -> None:
         "UPDATE schema_version SET checksum = %(c)s WHERE version = 1",
         {"c": migrations()[0].checksum},
     )
-    conn.execute("INSERT INTO schema_version VALUES (2, '0002_future', %(c)s)", {"c": "1" * 64})
+    conn.execute("INSERT INTO schema_version VALUES (3, '0003_future', %(c)s)", {"c": "1" * 64})
     with pytest.raises(MigrationError, match="newer"):
         migrate(conn)
 
@@ -129,7 +132,7 @@ def test_replicas_migrating_at_once_apply_the_migration_exactly_once(
     pg_schema: Schema, pg_dsn: str
 ) -> None:
     """Four replicas start together on one empty schema: the advisory lock serialises them, one
-    applies version 1, the others wait and apply nothing, and no one fails."""
+    applies versions 1 and 2, the others wait and apply nothing, and no one fails."""
     _, name = pg_schema
     barrier = threading.Barrier(4)
     results: list[list[int]] = []
@@ -150,4 +153,4 @@ def test_replicas_migrating_at_once_apply_the_migration_exactly_once(
     for thread in threads:
         thread.join(timeout=60)
     assert errors == []
-    assert sorted(results) == [[], [], [], [1]]
+    assert sorted(results) == [[], [], [], [1, 2]]
