@@ -72,6 +72,7 @@ from kernel.evidence import (
 from kernel.identity import (
     IdentityError,
     Secret,
+    attempt_lock_key,
     canonical_json,
     digests_equal,
     execution_spec_digest,
@@ -207,6 +208,7 @@ __all__ = [
     "admit_run",
     "apply",
     "apply_effects",
+    "attempt_lock_key",
     "canonical_json",
     "check_invariants",
     "complete_local",

@@ -30,6 +30,7 @@ from kernel.specs.limits import (
 )
 
 __all__ = [
+    "ATTEMPT_LOCK_DOMAIN",
     "CANONICAL_JSON_MAX_DEPTH",
     "OFFER_ID_DOMAIN",
     "PORTABLE_ID_RE",
@@ -37,6 +38,7 @@ __all__ = [
     "TOKEN_RE",
     "IdentityError",
     "Secret",
+    "attempt_lock_key",
     "canonical_json",
     "digests_equal",
     "execution_spec_digest",
@@ -533,3 +535,16 @@ class Secret:
         # Consistent with __eq__ (equal tokens, equal digests) and reveals nothing about the
         # token beyond what its digest already does.
         return hash(self.digest())
+
+
+#: B-26: the text an Attempt's advisory lock key is hashed from is this prefix + attempt_id.
+ATTEMPT_LOCK_DOMAIN: Final = "ql3.attempt:"
+
+
+@icontract.ensure(lambda result: -(2**63) <= result < 2**63)
+def attempt_lock_key(attempt_id: str) -> int:
+    """B-26: the PostgreSQL advisory lock key of an Attempt, a stable signed 64-bit hash (the
+    first 8 bytes, big-endian, of SHA-256 of `"ql3.attempt:" + attempt_id`). Every replica
+    computes the same key for the same Attempt; `pg_advisory_xact_lock` takes a `bigint`."""
+    digest = hashlib.sha256((ATTEMPT_LOCK_DOMAIN + attempt_id).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)

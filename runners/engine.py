@@ -9,6 +9,7 @@ storage failure propagates after the rollback: the caller fails closed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -57,12 +58,26 @@ class _Rollback(Exception):
         self.outcome = outcome
 
 
+#: Reads the observation time inside an open transaction, after the aggregate's rows are
+#: loaded (and, on PostgreSQL, locked): the cluster runner's database clock
+#: (`runners.cluster.clock`). Reading it after the locks makes the times of conflicting
+#: transactions follow their commit order.
+Observe = Callable[[StorageTransaction], int]
+
+
 def execute(storage: Storage, command: Command, observed_at_ms: int) -> Outcome:
-    """Run one command in one transaction and return the kernel's outcome (or `Raced` when a
-    guarded write lost a race)."""
+    """Run one command in one transaction at `observed_at_ms` and return the kernel's outcome
+    (or `Raced` when a guarded write lost a race)."""
+    return execute_observed(storage, command, lambda _tx: observed_at_ms)
+
+
+def execute_observed(storage: Storage, command: Command, observe: Observe) -> Outcome:
+    """`execute` with the observation time read by `observe` in the transaction, after the
+    load (a database clock); the same steps otherwise."""
     try:
         with storage.transaction() as tx:
-            outcome = apply(load_for(tx, command), command, observed_at_ms)
+            aggregate = load_for(tx, command)
+            outcome = apply(aggregate, command, observe(tx))
             if isinstance(outcome, Applied):
                 try:
                     for effect in outcome.effects:

@@ -7,11 +7,12 @@ decision is the kernel's, the counts are `kernel.lost_retry_page.tally`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
-from kernel import LostRetryStep, Outcome
+from kernel import Evidence, LostRetryStep, Outcome, RecoverRuntime
 from kernel.lost_retry_page import CANDIDATE_ERROR, CandidateError, LostRetryPageResult, tally
-from kernel.selection import Page, check_limit
+from kernel.selection import Candidate, Page, check_limit
 from kernel.specs.codes import Code
 from runners.engine import Storage, execute
 
@@ -64,3 +65,73 @@ def lost_retry_page(
                 ) from None
             outcomes.append(CANDIDATE_ERROR)
     return tally(outcomes, limit=limit, has_more=page.has_more)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryPageResult:
+    """One runtime recovery page (§2.3): what each candidate's transaction returned, as
+    `(attempt_id, outcome kind, code)` in page order, and `has_more` of the source page."""
+
+    outcomes: tuple[tuple[str, str, str], ...]
+    has_more: bool
+
+    @property
+    def scanned(self) -> int:
+        return len(self.outcomes)
+
+    def count(self, kind: str, code: str | None = None) -> int:
+        return sum(1 for _, k, c in self.outcomes if k == kind and (code is None or c == code))
+
+
+class RecoverySource(Protocol):
+    def runtime_recovery_candidates(
+        self, observed_at_ms: int, limit: int
+    ) -> Page[tuple[int, int, str]]: ...
+
+
+#: The evidence port of §2.1 (receipt first, then identity): one `Evidence` value for one
+#: candidate, obtained before its transaction so that no probe runs under a row lock.
+EvidencePort = Callable[[Candidate[tuple[int, int, str]]], Evidence]
+
+
+class RuntimeRecoveryUnavailable(Exception):
+    """Cluster: a recovery candidate failed, so the page stopped and the cycle must not
+    schedule (§2.3 step 4, REC-13). Carries the stable code and the outcomes so far."""
+
+    code = Code.RUNTIME_RECOVERY_UNAVAILABLE
+
+    def __init__(self, partial: RecoveryPageResult) -> None:
+        super().__init__(f"{self.code}: page stopped after {partial.scanned} candidates")
+        self.partial = partial
+
+
+def runtime_recovery_page(
+    storage: Storage,
+    source: RecoverySource,
+    observed_at_ms: int,
+    limit: int,
+    evidence: EvidencePort,
+) -> RecoveryPageResult:
+    """One page of the cluster runtime recovery source (§2.3) with one observation time: per
+    candidate, its evidence, then one short transaction (`RecoverRuntime`; the store takes the
+    Attempt advisory lock and the row locks, the kernel re-checks the selection under them).
+    Any error, in the evidence port or the transaction, stops the page closed
+    (`RUNTIME_RECOVERY_UNAVAILABLE`); later candidates are not touched. No cursor is kept."""
+    check_limit(limit)
+    page = source.runtime_recovery_candidates(observed_at_ms, limit)
+    done: list[tuple[str, str, str]] = []
+    for candidate in page.items:
+        assert candidate.attempt_id is not None
+        try:
+            command = RecoverRuntime(
+                run_id=candidate.run_id,
+                attempt_id=candidate.attempt_id,
+                evidence=evidence(candidate),
+            )
+            outcome = execute(storage, command, observed_at_ms)
+        except Exception:  # evidence, storage, lock or persistence failure
+            raise RuntimeRecoveryUnavailable(
+                RecoveryPageResult(tuple(done), page.has_more)
+            ) from None
+        done.append((candidate.attempt_id, outcome.kind.value, outcome.code.value))
+    return RecoveryPageResult(tuple(done), page.has_more)

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import psycopg
 from psycopg import errors
+from psycopg_pool import ConnectionPool
 
 from kernel import (
     Attempt,
@@ -29,6 +30,7 @@ from kernel import (
     Run,
     RunAggregate,
     RunRetryPolicy,
+    attempt_lock_key,
 )
 from runners.cluster.migrate import migrate
 from runners.cluster.named_sql import PROJECTION, SOURCES, STATEMENTS
@@ -72,35 +74,58 @@ def _pg_params(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class ClusterTransaction:
-    """One open PostgreSQL transaction (the engine's `StorageTransaction`)."""
+    """One open PostgreSQL transaction (the engine's `StorageTransaction`).
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    Lock order per transaction (B-26, B-35, REC-06): the addressed Attempt's advisory lock,
+    then the Run row, its Attempt rows, its policy row and its lease rows (`FOR UPDATE`).
+    Exactly one advisory lock per transaction, always first, so two transactions can only
+    wait on each other in the row locks of one Run, which they take in the same order.
+    `trace`, when given, receives the name of every statement in the order it is sent (the
+    lock-order test reads it)."""
+
+    def __init__(self, conn: psycopg.Connection[Any], trace: list[str] | None = None) -> None:
         self._conn = conn
+        self._trace = trace
+
+    @property
+    def connection(self) -> psycopg.Connection[Any]:
+        return self._conn
+
+    def _run(self, name: str, params: Mapping[str, Any]) -> psycopg.Cursor[Any]:
+        if self._trace is not None:
+            self._trace.append(name)
+        return self._conn.execute(STATEMENTS[name], params)
+
+    def _lock_attempt(self, attempt_id: str) -> None:
+        self._run("attempt_lock", {"key": attempt_lock_key(attempt_id)})
 
     def load_run(self, run_id: str) -> RunAggregate | None:
-        conn = self._conn
+        latest = self._run("select_latest_attempt_id_of_run", {"run_id": run_id}).fetchone()
+        if latest is not None:
+            self._lock_attempt(str(latest[0]))
+        return self._load(run_id)
+
+    def load_run_of_attempt(self, attempt_id: str) -> RunAggregate | None:
+        self._lock_attempt(attempt_id)
+        found = self._run("select_run_id_of_attempt", {"attempt_id": attempt_id}).fetchone()
+        return None if found is None else self._load(str(found[0]))
+
+    def _load(self, run_id: str) -> RunAggregate | None:
         key = {"run_id": run_id}
-        found = _rows(conn.execute(STATEMENTS["select_run"], key))
+        found = _rows(self._run("select_run", key))
         if not found:
             return None
         run = _entity(Run, RUN_TYPES, found[0])
         attempts = tuple(
             _entity(Attempt, ATTEMPT_TYPES, r)
-            for r in _rows(conn.execute(STATEMENTS["select_attempts_of_run"], key))
+            for r in _rows(self._run("select_attempts_of_run", key))
         )
-        policies = _rows(conn.execute(STATEMENTS["select_policy_of_run"], key))
+        policies = _rows(self._run("select_policy_of_run", key))
         policy = _entity(RunRetryPolicy, POLICY_TYPES, policies[0]) if policies else None
         leases = tuple(
-            _entity(Lease, LEASE_TYPES, r)
-            for r in _rows(conn.execute(STATEMENTS["select_leases_of_run"], key))
+            _entity(Lease, LEASE_TYPES, r) for r in _rows(self._run("select_leases_of_run", key))
         )
         return RunAggregate(run=run, attempts=attempts, policy=policy, leases=leases)
-
-    def load_run_of_attempt(self, attempt_id: str) -> RunAggregate | None:
-        found = self._conn.execute(
-            STATEMENTS["select_run_id_of_attempt"], {"attempt_id": attempt_id}
-        ).fetchone()
-        return None if found is None else self.load_run(str(found[0]))
 
     def execute(self, effect: Effect) -> None:
         """One effect, one named statement; a guard that no longer holds raises `StaleWrite`."""
@@ -109,7 +134,7 @@ class ClusterTransaction:
 
     def _write(self, name: str, params: Mapping[str, Any]) -> None:
         try:
-            cursor = self._conn.execute(STATEMENTS[name], params)
+            cursor = self._run(name, params)
         except STALE_ERRORS as exc:
             raise StaleWrite(f"{name}: {type(exc).__name__}") from None
         if cursor.rowcount != 1:
@@ -117,14 +142,36 @@ class ClusterTransaction:
 
 
 class ClusterStore(SqlSources):
-    """The cluster store on one PostgreSQL schema: `Storage` (`transaction()`), `project()`
-    (the backdoor reader on a second connection), `reopen()`, `close()`."""
+    """The cluster store on one PostgreSQL schema: `Storage` (`transaction()`), the sources,
+    `project()` (the backdoor reader on a connection of its own), `reopen()`, `close()`.
 
-    def __init__(self, dsn: str, schema: str) -> None:
+    Connections: by default one connection of its own (a replica's single worker loop, and
+    conformance). With `pool_size`, transactions and source queries take a connection from a
+    `psycopg_pool.ConnectionPool` of that size, so one replica can serve concurrent callers
+    (Worker calls, the cycle) without sharing a connection between threads. A connection the
+    server terminated (`pg_terminate_backend`, a failover) is replaced on the next call: the
+    transaction it was in rolled back on the server, so nothing is lost or half-done."""
+
+    def __init__(self, dsn: str, schema: str, *, pool_size: int | None = None) -> None:
         self.dsn = dsn
         self.schema = schema
+        #: When a list, every transaction appends the names of its statements (REC-06 test).
+        self.statement_trace: list[str] | None = None
         self._conn: psycopg.Connection[Any] | None = self._connect()
         migrate(self._conn)
+        self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
+        if pool_size is not None:
+            self._pool = ConnectionPool(
+                dsn,
+                min_size=pool_size,
+                max_size=pool_size,
+                kwargs={"autocommit": True},
+                configure=self._configure,
+                open=True,
+            )
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(STATEMENTS["set_search_path"], {"schema": self.schema})
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = psycopg.connect(self.dsn, autocommit=True)
@@ -138,17 +185,29 @@ class ClusterStore(SqlSources):
     def _open(self) -> psycopg.Connection[Any]:
         if self._conn is None:
             raise psycopg.InterfaceError("the store is closed")
+        if self._conn.broken:  # terminated by the server: its transaction rolled back there
+            self._conn.close()
+            self._conn = self._connect()
         return self._conn
 
     @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection for one transaction or one statement (autocommit, search_path set)."""
+        if self._pool is not None:
+            with self._pool.connection() as conn:
+                yield conn
+        else:
+            yield self._open()
+
+    @contextmanager
     def transaction(self) -> Iterator[ClusterTransaction]:
-        conn = self._open()
-        with conn.transaction():
-            yield ClusterTransaction(conn)
+        with self.connection() as conn, conn.transaction():
+            yield ClusterTransaction(conn, self.statement_trace)
 
     def _source_rows(self, name: str, params: Mapping[str, Any]) -> Sequence[Sequence[Any]]:
-        # One statement on the autocommit connection: one snapshot, one observation time.
-        return self._open().execute(SOURCES[name], params).fetchall()
+        # One statement on an autocommit connection: one snapshot, one observation time.
+        with self.connection() as conn:
+            return conn.execute(SOURCES[name], params).fetchall()
 
     def project(self) -> Projection:
         """The canonical projection of what is committed, read directly from the tables on a
@@ -167,12 +226,17 @@ class ClusterStore(SqlSources):
         return out
 
     def reopen(self) -> None:
-        """Close the connection and open a new one, as a process restart does."""
-        self.close()
+        """Close the connection and open a new one, as a process restart does (a pooled store
+        keeps its pool: the pool replaces broken connections itself)."""
+        if self._conn is not None:
+            self._conn.close()
         self._conn = self._connect()
         migrate(self._conn)
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None

@@ -29,6 +29,21 @@ FOR UPDATE;
 -- name: select_run_id_of_attempt
 SELECT run_id FROM attempts WHERE attempt_id = %(attempt_id)s;
 
+-- name: attempt_lock
+-- B-26, REC-06: the Attempt's transaction-scoped advisory lock, taken before any row lock, so
+-- replicas working on one Attempt (recovery, lost retry, expiry, a Worker's fenced call) queue
+-- here instead of meeting in the row locks; released by the commit or rollback.
+SELECT pg_advisory_xact_lock(%(key)s);
+
+-- name: select_latest_attempt_id_of_run
+-- Unlocked: which Attempt's advisory lock a Run-addressed command takes. The row locks that
+-- follow are the authority; a newer Attempt inserted meanwhile is seen by the locked load.
+SELECT attempt_id FROM attempts WHERE run_id = %(run_id)s ORDER BY number DESC LIMIT 1;
+
+-- name: database_now_ms
+-- The database's observation time (ADR-0232 §1): statement_timestamp() in epoch milliseconds.
+SELECT floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint;
+
 -- name: select_attempts_of_run
 SELECT attempt_id, run_id, number, status, executor_type, created_at_ms, step_run_id,
        worker_id, worker_session_id, worker_generation, offer_id, lease_generation,

@@ -1,0 +1,107 @@
+"""The cluster runner's production entry points: database time, the Attempt advisory lock, and
+a bounded retry of transient conflicts (ADR-0232 §1-§3, SPEC §2.3, §2.4, RETRY-17, RETRY-20).
+
+`ClusterRuntime` wraps a `ClusterStore` with a `Clock` (default: the database's
+`statement_timestamp()`, `runners.cluster.clock`):
+
+- `execute(command)` runs one command in one transaction; the time is read in the
+  transaction after the rows are locked. A serialization failure or a deadlock rolls the
+  whole transaction back and is retried, at most `max_attempts` times in all; after that it
+  surfaces as `TransientConflictExhausted`, a typed error with a stable code, never as
+  success and never as a half-applied transaction.
+- `lost_retry_page(limit, new_attempt_id)` and `runtime_recovery_page(limit, evidence)` read
+  the time once (P-5) and run one bounded page with the cluster semantics: the first failing
+  candidate stops the page closed (RETRY-17, §2.3 step 4). A transient conflict inside a page
+  is not retried: the page fails closed and the next cycle starts over from the source.
+
+No domain rule lives here (ARCHITECTURE rule 1): selection is the store's SQL, decisions are
+the kernel's, the page loops are `runners.passes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from psycopg import errors
+
+from kernel import Command, Outcome
+from kernel.lost_retry_page import LostRetryPageResult
+from runners.cluster.clock import Clock, DatabaseClock
+from runners.cluster.store import ClusterStore, ClusterTransaction
+from runners.engine import StorageTransaction, execute_observed
+from runners.passes import EvidencePort, RecoveryPageResult, lost_retry_page, runtime_recovery_page
+
+#: Failures after which the same transaction, started again, may well succeed.
+TRANSIENT_ERRORS: Final = (errors.SerializationFailure, errors.DeadlockDetected)
+
+#: Default number of tries of one command transaction (the first one included).
+DEFAULT_MAX_ATTEMPTS: Final = 3
+
+
+class TransientConflictExhausted(Exception):
+    """Every try of one command's transaction ended in a serialization failure or a deadlock;
+    each rolled back. The caller sees a stable code and the number of tries, never the
+    command's arguments (tokens stay out of messages, S-1)."""
+
+    code: Final = "STORAGE_TRANSIENT_CONFLICT"
+
+    def __init__(self, command: str, attempts: int, last: str) -> None:
+        super().__init__(f"{self.code}: {command} rolled back {attempts} times ({last})")
+        self.command = command
+        self.attempts = attempts
+        self.last = last
+
+
+class ClusterRuntime:
+    """Commands and pages of one replica on a `ClusterStore`, at database time by default."""
+
+    def __init__(
+        self,
+        store: ClusterStore,
+        *,
+        clock: Clock | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        self.store = store
+        self.clock: Clock = DatabaseClock() if clock is None else clock
+        self.max_attempts = max_attempts
+        #: Transactions rolled back by a transient conflict and tried again (observability).
+        self.transient_retries = 0
+
+    def now_ms(self) -> int:
+        """One observation time (for a page), read on a connection of the store."""
+        with self.store.connection() as conn:
+            return self.clock.now_ms(conn)
+
+    def _observe(self, tx: StorageTransaction) -> int:
+        assert isinstance(tx, ClusterTransaction)
+        return self.clock.now_ms(tx.connection)
+
+    def execute(self, command: Command) -> Outcome:
+        """One command in one transaction at the clock's time, with the bounded retry."""
+        last = ""
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return execute_observed(self.store, command, self._observe)
+            except TRANSIENT_ERRORS as exc:
+                last = type(exc).__name__
+                if attempt < self.max_attempts:
+                    self.transient_retries += 1
+        raise TransientConflictExhausted(command.name, self.max_attempts, last)
+
+    def lost_retry_page(
+        self, limit: int, new_attempt_id: Callable[[str], str]
+    ) -> LostRetryPageResult:
+        """One cluster lost-retry page at database time; raises `LostRetryUnavailable` when a
+        candidate fails (RETRY-17, RETRY-20)."""
+        return lost_retry_page(
+            self.store, self.store, self.now_ms(), limit, new_attempt_id, fail_closed=True
+        )
+
+    def runtime_recovery_page(self, limit: int, evidence: EvidencePort) -> RecoveryPageResult:
+        """One page of the §2.3 recovery source at database time; raises
+        `RuntimeRecoveryUnavailable` when a candidate fails (REC-13)."""
+        return runtime_recovery_page(self.store, self.store, self.now_ms(), limit, evidence)
