@@ -17,144 +17,34 @@ import psycopg
 import pytest
 
 from kernel import (
-    AcknowledgeRunning,
-    AcknowledgeStarting,
-    AdmitRun,
     Applied,
     CompleteWithLease,
     CompletionOutcome,
-    Fence,
-    GrantLease,
     NotRunningEvidence,
-    PolicyDefinition,
     Raced,
     RecoverRuntime,
-    RunKind,
-    RunOwner,
-    Safety,
-    Secret,
     UnknownEvidence,
-    WorkerSession,
-    WorkerSessionStatus,
     apply,
     attempt_lock_key,
     token_digest,
 )
 from kernel.specs.states import UnknownReason
-from runners.cluster.clock import DatabaseClock, InjectedClock
+from runners.cluster.clock import InjectedClock
 from runners.cluster.named_sql import STATEMENTS
 from runners.cluster.runtime import ClusterRuntime, TransientConflictExhausted
 from runners.cluster.store import ClusterStore
 from runners.passes import RuntimeRecoveryUnavailable
 from runners.rows import effect_statement
-
-EXECUTOR = "shell"
-FAR = 10**15  # a session expiry far beyond any database clock reading
-
-
-def _worker(session: str = "s1", generation: int = 1) -> WorkerSession:
-    return WorkerSession(
-        worker_id="w1",
-        session_id=session,
-        generation=generation,
-        status=WorkerSessionStatus.ONLINE,
-        session_expires_at_ms=FAR,
-        executor_types=(EXECUTOR,),
-    )
-
-
-def _token(attempt_id: str, generation: int) -> Secret:
-    return Secret.of(f"lease_{attempt_id}_{generation}".ljust(40, "x"), "lease_token")
-
-
-def _policy(backoff_ms: int) -> PolicyDefinition:
-    return PolicyDefinition(
-        max_attempts=3,
-        retry_on_lost=True,
-        safety=Safety.IDEMPOTENT,
-        backoff_base_ms=backoff_ms,
-        backoff_max_ms=max(backoff_ms, 1),
-    )
-
-
-def _admit(run_id: str, policy: PolicyDefinition | None = None) -> AdmitRun:
-    return AdmitRun(
-        run_id=run_id,
-        attempt_id=f"{run_id}-a1",
-        project_id="proj",
-        task_id="task",
-        task_revision=1,
-        executor_type=EXECUTOR,
-        provider_policy=policy,
-        kind=RunKind.ORDINARY,
-        owner=RunOwner.RUNTIME,
-    )
-
-
-def _fence(attempt_id: str, version: int, generation: int = 1) -> Fence:
-    return Fence(
-        worker_id="w1",
-        worker_session_id="s1",
-        worker_generation=1,
-        lease_generation=generation,
-        lease_token=_token(attempt_id, generation),
-        expected_version=version,
-    )
-
-
-def _applied(outcome: object) -> Applied:
-    assert isinstance(outcome, Applied), outcome
-    return outcome
-
-
-def _running(
-    rt: ClusterRuntime, run_id: str, lease_ms: int, policy: PolicyDefinition | None = None
-) -> str:
-    """Admit, grant and start one Run at the runtime's clock; returns its Attempt id."""
-    attempt = f"{run_id}-a1"
-    _applied(rt.execute(_admit(run_id, policy)))
-    _applied(
-        rt.execute(
-            GrantLease(
-                run_id=run_id,
-                attempt_id=attempt,
-                worker=_worker(),
-                lease_token=_token(attempt, 1),
-                lease_duration_ms=lease_ms,
-            )
-        )
-    )
-    _applied(
-        rt.execute(
-            AcknowledgeStarting(
-                run_id=run_id, attempt_id=attempt, fence=_fence(attempt, 1), worker=_worker()
-            )
-        )
-    )
-    _applied(
-        rt.execute(
-            AcknowledgeRunning(
-                run_id=run_id,
-                attempt_id=attempt,
-                fence=_fence(attempt, 2),
-                worker=_worker(),
-                executor_handle="pid:1",
-                started_at_ms=rt.now_ms(),
-            )
-        )
-    )
-    return attempt
-
-
-def _db_now(conn: psycopg.Connection[Any]) -> int:
-    return DatabaseClock().now_ms(conn)
-
-
-def _past(store: ClusterStore) -> ClusterRuntime:
-    """A runtime ten minutes behind database time: what it starts with a minimum-length lease
-    (5 s, LEASE_DURATION_MIN_MS) has expired at database time."""
-    with store.connection() as conn:
-        return ClusterRuntime(store, clock=InjectedClock(_db_now(conn) - 600_000))
+from tests.support.cluster_fixtures import (
+    admit,
+    applied,
+    db_now,
+    fence,
+    past,
+    policy,
+    running,
+    worker,
+)
 
 
 def _row(store: ClusterStore, table: str, key: str, value: str) -> dict[str, Any]:
@@ -179,9 +69,9 @@ def test_the_database_clock_stamps_transitions_with_statement_timestamp(
     """Production path (ADR-0232 §1): the observation time is read from the database in the
     command's transaction; the Events carry it, not a host time."""
     conn = pg_schema[0]
-    before = _db_now(conn)
-    _applied(ClusterRuntime(store).execute(_admit("r1")))
-    after = _db_now(conn)
+    before = db_now(conn)
+    applied(ClusterRuntime(store).execute(admit("r1")))
+    after = db_now(conn)
     stamps = {e["at_ms"] for e in store.project()["events"]}
     assert len(stamps) == 1
     assert before <= stamps.pop() <= after
@@ -189,13 +79,13 @@ def test_the_database_clock_stamps_transitions_with_statement_timestamp(
 
 def test_the_injected_clock_stamps_exactly_the_given_time(store: ClusterStore) -> None:
     """Conformance path: the trace's time goes in through the clock port unchanged."""
-    _applied(ClusterRuntime(store, clock=InjectedClock(1_234_567)).execute(_admit("r1")))
+    applied(ClusterRuntime(store, clock=InjectedClock(1_234_567)).execute(admit("r1")))
     assert {e["at_ms"] for e in store.project()["events"]} == {1_234_567}
 
 
 def _retry_wait_run(rt: ClusterRuntime, store: ClusterStore, backoff_ms: int) -> str:
     """A Run in `retry_wait`, due `backoff_ms` after the database time of its lost retry."""
-    attempt = _running(_past(store), "r1", lease_ms=5_000, policy=_policy(backoff_ms))
+    attempt = running(past(store), "r1", lease_ms=5_000, policy=policy(backoff_ms))
     page = rt.runtime_recovery_page(16, lambda c: NotRunningEvidence())
     assert page.outcomes == ((attempt, "applied", "lost"),)
     tally = rt.lost_retry_page(16, lambda run_id: f"{run_id}-a2")
@@ -246,7 +136,7 @@ def test_each_recovery_candidate_locks_advisory_then_run_attempt_policy_lease(
     Attempt's advisory lock first, then the Run, Attempt, policy and lease rows (FOR UPDATE),
     then the writes."""
     rt = ClusterRuntime(store)
-    attempt = _running(_past(store), "r1", lease_ms=5_000, policy=_policy(0))
+    attempt = running(past(store), "r1", lease_ms=5_000, policy=policy(0))
     store.statement_trace = []
     page = rt.runtime_recovery_page(16, lambda c: NotRunningEvidence())
     assert page.outcomes == ((attempt, "applied", "lost"),)
@@ -274,7 +164,7 @@ def test_the_advisory_lock_is_held_by_the_transaction_and_keyed_by_b26(
     the advisory lock with the stable key of the Attempt, and another replica cannot take it;
     the commit releases it."""
     rt = ClusterRuntime(store)
-    attempt = _running(rt, "r1", lease_ms=60_000)
+    attempt = running(rt, "r1", lease_ms=60_000)
     key = attempt_lock_key(attempt)
     other = pg_schema[0]
     with store.transaction() as tx:
@@ -310,8 +200,8 @@ def test_an_evidence_failure_stops_the_recovery_page_closed(store: ClusterStore)
     """§2.3 step 4: an error on a candidate aborts the page (RUNTIME_RECOVERY_UNAVAILABLE)
     before later candidates are touched; unknown evidence writes nothing (I-R4)."""
     rt = ClusterRuntime(store)
-    first = _running(_past(store), "r1", lease_ms=5_000)
-    second = _running(_past(store), "r2", lease_ms=6_000)
+    first = running(past(store), "r1", lease_ms=5_000)
+    second = running(past(store), "r2", lease_ms=6_000)
     before = store.project()
     seen: list[str] = []
 
@@ -348,7 +238,7 @@ def test_raw_sql_with_a_stale_token_or_version_changes_nothing(store: ClusterSto
     match zero rows; with the current guard the same statement matches one (control, rolled
     back)."""
     rt = ClusterRuntime(store, clock=InjectedClock(2_000_000))
-    attempt = _running(rt, "r1", lease_ms=60_000)
+    attempt = running(rt, "r1", lease_ms=60_000)
     aggregate_effects: list[tuple[str, dict[str, Any]]] = []
     # The statement the kernel would send for a completion, captured without committing it.
     with store.transaction() as tx:
@@ -359,8 +249,8 @@ def test_raw_sql_with_a_stale_token_or_version_changes_nothing(store: ClusterSto
             CompleteWithLease(
                 run_id="r1",
                 attempt_id=attempt,
-                fence=_fence(attempt, 3),
-                worker=_worker(),
+                fence=fence(attempt, 3),
+                worker=worker(),
                 callback_sequence=1,
                 outcome=CompletionOutcome.SUCCEEDED,
                 exit_code=0,
@@ -396,7 +286,7 @@ def test_a_deadlock_is_retried_and_the_command_applies_once(
     advisory lock the runner holds. PostgreSQL aborts the runner's transaction (its deadlock
     timeout is the shorter); the runtime retries it and the command applies exactly once."""
     rt = ClusterRuntime(store, clock=InjectedClock(2_000_000))
-    attempt = _running(rt, "r1", lease_ms=60_000)
+    attempt = running(rt, "r1", lease_ms=60_000)
     store._open().execute("SET deadlock_timeout = '100ms'")
     other = psycopg.connect(store.dsn)
     other.execute("SELECT set_config('search_path', %(s)s, false)", {"s": store.schema})
@@ -410,8 +300,8 @@ def test_a_deadlock_is_retried_and_the_command_applies_once(
                 CompleteWithLease(
                     run_id="r1",
                     attempt_id=attempt,
-                    fence=_fence(attempt, 3),
-                    worker=_worker(),
+                    fence=fence(attempt, 3),
+                    worker=worker(),
                     callback_sequence=1,
                     outcome=CompletionOutcome.SUCCEEDED,
                     exit_code=0,
@@ -454,7 +344,7 @@ def test_a_deadlock_on_every_try_surfaces_as_a_typed_error(
     `TransientConflictExhausted` (stable code, no arguments in the message) and nothing was
     written."""
     rt = ClusterRuntime(store, clock=InjectedClock(2_000_000), max_attempts=1)
-    attempt = _running(rt, "r1", lease_ms=60_000)
+    attempt = running(rt, "r1", lease_ms=60_000)
     before = store.project()
     store._open().execute("SET deadlock_timeout = '100ms'")
     other = psycopg.connect(store.dsn)
@@ -465,8 +355,8 @@ def test_a_deadlock_on_every_try_surfaces_as_a_typed_error(
     command = CompleteWithLease(
         run_id="r1",
         attempt_id=attempt,
-        fence=_fence(attempt, 3),
-        worker=_worker(),
+        fence=fence(attempt, 3),
+        worker=worker(),
         callback_sequence=1,
         outcome=CompletionOutcome.SUCCEEDED,
         exit_code=0,
@@ -502,7 +392,7 @@ def test_a_terminated_connection_rolls_back_and_the_next_call_recovers(
     (never success), the state is the before-state, and the runner's next call reconnects and
     applies the command."""
     rt = ClusterRuntime(store, clock=InjectedClock(2_000_000))
-    attempt = _running(rt, "r1", lease_ms=60_000)
+    attempt = running(rt, "r1", lease_ms=60_000)
     before = store.project()
     command = RecoverRuntime(run_id="r1", attempt_id=attempt, evidence=NotRunningEvidence())
     admin = pg_schema[0]
@@ -522,5 +412,5 @@ def test_a_terminated_connection_rolls_back_and_the_next_call_recovers(
     # Not expired yet at 2_000_000 + 1: a Raced no-op is the kernel's answer; at expiry, lost.
     assert isinstance(rt.execute(command), Raced)
     rt_later = ClusterRuntime(store, clock=InjectedClock(2_000_000 + 60_000))
-    _applied(rt_later.execute(command))
+    applied(rt_later.execute(command))
     assert _row(store, "attempts", "attempt_id", attempt)["status"] == "lost"
