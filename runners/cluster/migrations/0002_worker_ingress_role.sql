@@ -4,7 +4,7 @@
 -- against (Run, Attempt, lease) and may write nothing: no INSERT, UPDATE, DELETE or TRUNCATE
 -- on runs, attempts, run_retry_policies or run_dispatch_leases, nor on events or schema_version.
 -- Every Run/Attempt/policy/lease mutation goes through the runtime pool (the owner), never the
--- ingress. docs/decisions.md C-3.
+-- ingress. docs/decisions.md PG-3.
 --
 -- Roles are cluster-wide while this file runs once per schema (the migration transaction holds
 -- the migrator's advisory lock, but that lock is per database). So the role is created only if

@@ -1,4 +1,4 @@
-"""Least privilege on PostgreSQL (issue 5 item 5, SPEC FP-2 / CAD-18, docs/decisions.md C-3):
+"""Least privilege on PostgreSQL (issue 5 item 5, SPEC FP-2 / CAD-18, docs/decisions.md PG-3):
 the cluster migration creates the Worker-ingress role `ql3_worker_ingress`, which is denied
 every write on runs, attempts, run_retry_policies and run_dispatch_leases (and on events and
 schema_version). It may only read runs, attempts and run_dispatch_leases.
