@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 import psycopg
-from psycopg import errors
+from psycopg import errors, sql
 from psycopg_pool import ConnectionPool
 
 from kernel import (
@@ -152,9 +152,18 @@ class ClusterStore(SqlSources):
     server terminated (`pg_terminate_backend`, a failover) is replaced on the next call: the
     transaction it was in rolled back on the server, so nothing is lost or half-done."""
 
-    def __init__(self, dsn: str, schema: str, *, pool_size: int | None = None) -> None:
+    def __init__(
+        self, dsn: str, schema: str, *, pool_size: int | None = None, create_schema: bool = False
+    ) -> None:
         self.dsn = dsn
         self.schema = schema
+        if create_schema:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(
+                    sql.SQL(STATEMENTS["create_schema_if_missing"]).format(
+                        schema=sql.Identifier(schema)
+                    )
+                )
         #: When a list, every transaction appends the names of its statements (REC-06 test).
         self.statement_trace: list[str] | None = None
         self._conn: psycopg.Connection[Any] | None = self._connect()

@@ -204,5 +204,21 @@ SELECT set_config('search_path', quote_ident(%(schema)s), false);
 -- `{schema}` is filled only by psycopg's identifier quoting (`sql.Identifier`), never by text.
 CREATE SCHEMA {schema};
 
+-- name: create_schema_if_missing
+-- `ClusterStore(..., create_schema=True)`; `{schema}` as above.
+CREATE SCHEMA IF NOT EXISTS {schema};
+
 -- name: drop_schema
 DROP SCHEMA IF EXISTS {schema} CASCADE;
+
+-- ---------------------------------------------------------------- kill and terminate modes --
+-- name: backend_alive
+-- Kill mode (runners/cluster/kill.py): whether a killed client's backend still exists, i.e.
+-- whether the server has not yet noticed the closed socket and aborted its transaction.
+SELECT count(*) FROM pg_stat_activity WHERE pid = %(pid)s;
+
+-- name: terminate_backend
+-- Terminate mode: a server-side fault on the runner's own backend (SIGTERM). The caller then
+-- polls `backend_alive` until the backend is gone (the two-argument form of the function waits
+-- too, but in steps of 100 ms).
+SELECT pg_terminate_backend(%(pid)s);
