@@ -8,7 +8,9 @@
 
 After the replay, `qlk conform` runs the guard mode (every runner whose adapter exposes its
 storage port: a stale variant of every guard of every write path must be refused) and, for the
-edge runner, the kill mode (SIGKILL at every statement boundary of every write path).
+edge runner, the kill mode (SIGKILL at every statement boundary of every write path); for the
+cluster runner, the kill mode and the terminate mode (`pg_terminate_backend` of the runner's
+backend at every statement boundary, `runners.cluster.kill`).
 
 Exit status: 0 when every applicable trace passed and no stale write or kill broke the state, 1
 on any divergence, 2 on bad usage (with a one-line error that says what to fix).
@@ -72,7 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     conform.add_argument(
         "--no-kill",
         action="store_true",
-        help="edge: skip the kill mode (SIGKILL at every statement boundary of every write path)",
+        help="edge and cluster: skip the kill mode (SIGKILL at every statement boundary of "
+        "every write path) and, cluster, the terminate mode (pg_terminate_backend at every "
+        "statement boundary)",
     )
 
     traces = commands.add_parser("traces", help="inspect or regenerate traces")
@@ -152,6 +156,8 @@ def _conform(args: argparse.Namespace, stream: TextIO) -> int:
         status = max(status, _guard_mode(resolve(args.runner, dsn=dsn), root, stream))
     if args.runner == "edge" and not args.no_kill:
         status = max(status, _kill_mode(root, stream))
+    if args.runner == "cluster" and not args.no_kill and dsn:
+        status = max(status, _cluster_kill_mode(root, dsn, stream))
     return status
 
 
@@ -188,6 +194,38 @@ def _kill_mode(root: Path, stream: TextIO) -> int:
     for line in failures[:10]:
         print(f"  {line}", file=stream)
     return EXIT_DIVERGED if failures else 0
+
+
+def _cluster_kill_mode(root: Path, dsn: str, stream: TextIO) -> int:
+    """The cluster runner's kill mode and terminate mode over the same traces (RUN-06,
+    RETRY-10): a client SIGKILLed, then the runner's backend terminated by the server, at every
+    statement boundary of every write path."""
+    kill = importlib.import_module("runners.cluster.kill")
+    killed = kill.kill_every_write(root, dsn)
+    torn = [line for r in killed for line in r.failures]
+    print(
+        f"kill mode: {len(killed)} write paths, {sum(r.kills for r in killed)} SIGKILLs at every "
+        f"statement boundary, {len(torn)} torn states",
+        file=stream,
+    )
+    _print_failures(torn, stream)
+    terminated = kill.terminate_every_write(root, dsn)
+    failed = [line for r in terminated for line in r.failures]
+    print(
+        f"terminate mode: {len(terminated)} write paths, "
+        f"{sum(r.terminations for r in terminated)} pg_terminate_backend at every statement "
+        f"boundary, {len(failed)} failures",
+        file=stream,
+    )
+    _print_failures(failed, stream)
+    return EXIT_DIVERGED if torn or failed else 0
+
+
+def _print_failures(lines: list[str], stream: TextIO) -> None:
+    for line in lines[:10]:
+        print(f"  {line}", file=stream)
+    if len(lines) > 10:
+        print(f"  ... and {len(lines) - 10} more", file=stream)
 
 
 def _show(path: Path, stream: TextIO, *, full: bool) -> int:
