@@ -60,7 +60,10 @@ def _parser() -> argparse.ArgumentParser:
         "--traces", type=Path, default=None, help="a trace directory (default: bundled corpus)"
     )
     conform.add_argument(
-        "--dsn", default=None, help="PostgreSQL DSN for --runner cluster (default: $QL3_PG_DSN)"
+        "--dsn",
+        default=None,
+        help="PostgreSQL DSN for --runner cluster (default: $QL3_PG_DSN, else the server at "
+        "postgresql://postgres@127.0.0.1:5432/test, else a throwaway server from pgserver)",
     )
     conform.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report")
     conform.add_argument("--jobs", type=int, default=1, help="replay in N processes")
@@ -127,8 +130,24 @@ def _conform(args: argparse.Namespace, stream: TextIO) -> int:
     paths = trace_paths(root)
     if not paths:
         raise UsageError(f"--traces {root}: no *.jsonl or *.jsonl.gz trace files")
-    dsn = args.dsn or os.environ.get("QL3_PG_DSN")
-    resolve(args.runner, dsn=dsn)  # a bad runner name fails before any output
+    if args.runner != "cluster":
+        dsn = args.dsn or os.environ.get("QL3_PG_DSN")
+        resolve(args.runner, dsn=dsn)  # a bad runner name fails before any output
+        return _conform_on(args, stream, root, paths, dsn)
+    # Imported only here: an edge run never loads the PostgreSQL runner (CAD-10).
+    local_server = importlib.import_module("runners.cluster.local_server")
+    try:
+        with local_server.ensure_dsn(
+            args.dsn, announce=lambda m: print(f"qlk conform: {m}", file=stream)
+        ) as dsn:
+            return _conform_on(args, stream, root, paths, dsn)
+    except local_server.NoPostgresError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _conform_on(
+    args: argparse.Namespace, stream: TextIO, root: Path, paths: list[Path], dsn: str | None
+) -> int:
     progress = None if args.quiet else ProgressBar()
     print(f"qlk conform: {len(paths)} traces from {root} against {args.runner}", file=stream)
     try:
@@ -156,7 +175,7 @@ def _conform(args: argparse.Namespace, stream: TextIO) -> int:
         status = max(status, _guard_mode(resolve(args.runner, dsn=dsn), root, stream))
     if args.runner == "edge" and not args.no_kill:
         status = max(status, _kill_mode(root, stream))
-    if args.runner == "cluster" and not args.no_kill and dsn:
+    if args.runner == "cluster" and not args.no_kill and dsn is not None:
         status = max(status, _cluster_kill_mode(root, dsn, stream))
     return status
 

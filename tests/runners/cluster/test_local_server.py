@@ -195,3 +195,38 @@ def test_the_readme_test_command_works_on_a_machine_without_postgresql() -> None
     assert "1 passed" in run.stdout
     assert "started a throwaway PostgreSQL 16." in run.stdout
     assert "it is removed on exit" in run.stdout
+
+
+def test_qlk_conform_runner_cluster_works_on_a_machine_without_postgresql(
+    tmp_path: Path,
+) -> None:
+    """`qlk conform --runner cluster` with no DSN where nothing answers: it starts the
+    throwaway server, says so, replays the traces with zero divergences, runs guard, kill and
+    terminate modes, and exits 0."""
+    unshare = _unshare_network()
+    if unshare is None:
+        pytest.skip("needs `unshare -n` (root or CAP_SYS_ADMIN) to hide the machine's server")
+    corpus = ROOT / "conformance" / "traces" / "run"
+    for name in ("LEASE-02", "REC-01"):
+        (source,) = corpus.glob(f"{name}-*.jsonl")
+        shutil.copy(source, tmp_path / source.name)
+    run = subprocess.run(
+        [
+            *(unshare, "-n", sys.executable, "-m", "conformance.cli", "conform"),
+            *("--runner", "cluster", "--traces", str(tmp_path), "--quiet"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k not in {"QL3_PG_DSN", "CI"}},
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "qlk conform: no QL3_PG_DSN given and nothing answers at" in run.stdout
+    assert "started a throwaway PostgreSQL 16." in run.stdout
+    assert "|   passed           |                      2 |" in run.stdout
+    assert "|   diverged         |                      0 |" in run.stdout
+    assert "0 accepted by the runner" in run.stdout
+    assert "0 torn states" in run.stdout
+    assert "pg_terminate_backend at every statement boundary, 0 failures" in run.stdout
