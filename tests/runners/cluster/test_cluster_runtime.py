@@ -220,7 +220,7 @@ def test_an_evidence_failure_stops_the_recovery_page_closed(store: ClusterStore)
 
 
 # -- fencing at the resource ----------------------------------------------------------------
-_RAW_STALE_UPDATES = {
+_RAW_STALE_UPDATES: dict[str, tuple[str, dict[str, Any]]] = {
     # The runner's own guarded statements, sent by hand with a stale guard: zero rows.
     "stale token": (
         "update_lease",
@@ -272,9 +272,8 @@ def test_raw_sql_with_a_stale_token_or_version_changes_nothing(store: ClusterSto
             rows = raw.execute(STATEMENTS[name], params).rowcount
             assert rows == 0, label
         assert store.project() == before
-        with raw.transaction():
+        with raw.transaction(force_rollback=True):
             assert raw.execute(STATEMENTS["update_lease"], lease_update).rowcount == 1
-            raise psycopg.Rollback
     assert store.project() == before
 
 
