@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -413,3 +414,52 @@ def test_a_terminated_connection_rolls_back_and_the_next_call_recovers(
     rt_later = ClusterRuntime(store, clock=InjectedClock(2_000_000 + 60_000))
     applied(rt_later.execute(command))
     assert _row(store, "attempts", "attempt_id", attempt)["status"] == "lost"
+
+
+# -- the pooled store ---------------------------------------------------------------------------
+def test_a_pooled_store_serves_concurrent_callers_each_on_its_own_connection(
+    pg_dsn: str, pg_schema: tuple[psycopg.Connection[Any], str]
+) -> None:
+    """`ClusterStore(pool_size=4)`: four threads admit and start Runs at once through one
+    store; every command applies exactly once, the transactions ran on more than one backend,
+    and sources and projection see all of it."""
+    pooled = ClusterStore(pg_dsn, pg_schema[1], pool_size=4)
+    try:
+        rt = ClusterRuntime(pooled, clock=InjectedClock(2_000_000))
+        backends: set[int] = set()
+        original = pooled.transaction
+
+        def recording() -> Any:
+            return _recording_transaction(original, backends)
+
+        pooled.transaction = recording  # type: ignore[method-assign]
+        failures: list[BaseException] = []
+
+        def work(n: int) -> None:
+            try:
+                for i in range(10):
+                    running(rt, f"t{n}r{i}", lease_ms=60_000)
+            except BaseException as exc:
+                failures.append(exc)
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert failures == []
+        assert len(backends) > 1
+        state = pooled.project()
+        assert len(state["runs"]) == 40
+        assert {r["status"] for r in state["runs"]} == {"running"}
+        assert pooled.lease_expiry_candidates(2_000_000 + 60_000, 64).has_more is False
+        assert len(pooled.lease_expiry_candidates(2_000_000 + 60_000, 64).items) == 40
+    finally:
+        pooled.close()
+
+
+@contextmanager
+def _recording_transaction(original: Any, backends: set[int]) -> Iterator[Any]:
+    with original() as t:
+        backends.add(t.connection.info.backend_pid)
+        yield t
