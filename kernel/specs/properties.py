@@ -236,6 +236,144 @@ _ALL: Final = (
        "Every lifecycle satisfies L-1..L-9 (shared contract test)."),
     _p("CAD-14", "LIFE", "ADR-0380 §3, ADR-0232 §4", 7,
        "Only its lifecycle triggers lost retry: there is no second lost-retry cadence."),
+    # -- §3.18 Worker execution offer inbox (issue 6) ------------------------------------------
+    _p("INBOX-01", "PBT", "ADR-0021 §1, §2", 6,
+       "Only the transitions of §3.6 occur; every other (state, trigger) pair is refused with "
+       "the record unchanged."),
+    _p("INBOX-02", "PBT+CONF", "ADR-0021 §3", 6,
+       "Every durable revision satisfies the field-presence rules of §3.3; revisions grow by "
+       "exactly one; a replace with a stale expected revision changes nothing."),
+    _p("INBOX-03", "PBT", "ADR-0021 verification", 6,
+       "The callback sequence and token digest are durable as a pair no later than the "
+       "`launching` write and before `Executor.start()`; no journal byte sequence contains the "
+       "raw callback token."),
+    _p("INBOX-04", "PBT", "ADR-0021 verification", 6,
+       "For any interleaving of concurrent and serial duplicate deliveries and crashes at any "
+       "step, `Executor.start()` is called at most once per offer."),
+    _p("INBOX-05", "PBT+CONF", "ADR-0021 §2", 6,
+       "A restart that finds `launching` leads to `recovery_required(launch_outcome_unknown)` "
+       "with zero Executor calls."),
+    _p("INBOX-06", "PBT", "ADR-0021 §2", 6,
+       "A restart or redelivery that finds `started` replays only the running ACK."),
+    _p("INBOX-07", "PBT", "ADR-0021 §5", 6,
+       "`running_acknowledged` answers redelivery with idempotent success and is never selected "
+       "by retention."),
+    _p("INBOX-08", "PBT", "ADR-0021 verification", 6,
+       "After an explicit start refusal, `fail_start` can be replayed until "
+       "`start_failure_acknowledged`, and the Executor is never called again."),
+    _p("INBOX-09", "PBT", "ADR-0021 §3", 6,
+       "A delivery reusing an `offer_id` with a different digest, Task revision, session, "
+       "generation, lease generation, token or candidate is refused before any side effect."),
+    _p("INBOX-10", "PBT", "ADR-0021 §3", 6,
+       "A redelivery with a higher lease version updates only the stored lease; an equal or "
+       "lower version writes nothing."),
+    _p("INBOX-11", "PBT+CONF", "ADR-0021 §6", 6,
+       "Deliveries with an expired Run lease, a replaced session, an offline Worker or an "
+       "expired session lease are refused and no journal file is created."),
+    _p("INBOX-12", "PBT", "ADR-0021 §6", 6,
+       "While draining, `new_claim` is refused before the journal write, and a `lease_recovery` "
+       "for an existing record of the same lease proceeds."),
+    _p("INBOX-13", "PBT", "ADR-0021 §2, verification", 6,
+       "When the control plane reports the Attempt already running or terminal and the journal "
+       "lacks matching ownership, the record becomes `recovery_required` and nothing is spawned."),
+    _p("INBOX-14", "PBT", "ADR-0021 §6", 6,
+       "A version mismatch on running/failure ACK leads to at most 3 calls with refreshed "
+       "versions and no busy loop."),
+    _p("INBOX-15", "CONF", "ADR-0021 §4", 6,
+       "Concurrent creates of one `offer_id` yield exactly one record; a crash injected at any "
+       "step of create or replace leaves no partial file visible and, after restart, the last "
+       "durable revision."),
+    _p("INBOX-16", "CONF", "ADR-0021 §4", 6,
+       "The root is `0700` and every record `0600`; a root with broader permissions or another "
+       "owner is refused."),
+    _p("INBOX-17", "CONF", "ADR-0021 §4", 6,
+       "Creating beyond capacity fails with `JOURNAL_FULL` whatever the states of existing "
+       "records; nothing is evicted; capacity above 1024 is rejected."),
+    _p("INBOX-18", "CONF", "ADR-0021 §4", 6,
+       "A record over 192 KiB is refused before any file is written."),
+    _p("INBOX-19", "CONF", "ADR-0021 §4", 6,
+       "Paging returns at most 64 records per page in ascending `offer_id` order; concatenated "
+       "pages list every unchanged record exactly once."),
+    _p("INBOX-20", "CONF", "ADR-0021 §4", 6,
+       "Under concurrent creates of distinct offers the record count never exceeds capacity; a "
+       "revision-conditional remove racing a replace has a deterministic result."),
+    _p("INBOX-21", "CONF", "ADR-0021 §4", 6,
+       "Without `acquire()` every operation fails; of two competing owners exactly one acquires; "
+       "after `release()` the other can acquire."),
+    _p("INBOX-22", "CONF", "ADR-0021 §4", 6,
+       "Deleting the lock directory, changing its mtime, or delaying refresh beyond the window "
+       "makes the old owner `compromised`; afterwards every operation fails and no re-acquire "
+       "happens."),
+    _p("INBOX-23", "CONF", "ADR-0021 §4", 6,
+       "Stale window outside 5 s..5 min is rejected; refresh happens every half window; a lock "
+       "older than the window can be reclaimed [decision W-3], a younger one cannot."),
+    _p("INBOX-24", "CONF", "ADR-0021 §4", 6,
+       "The adapter starts exactly one timer (refresh) and opens no database connection or "
+       "watcher."),
+    _p("INBOX-25", "PBT", "ADR-0021 §5", 6,
+       "Every state (and every recovery reason) is classified as in U-4, and the result contains "
+       "no token, command or ExecutionSpec."),
+    _p("INBOX-26", "PBT", "ADR-0021 §5", 6,
+       "Exhausted budgets and repeated, regressing, skipping or oversized cursor pages each fail "
+       "with their code; no partial result is reported as complete."),
+    _p("INBOX-27", "CONF", "ADR-0021 §5", 6,
+       "Auditing leaves every journal file byte-identical and calls no ACK, Executor, stop or "
+       "delete port."),
+    _p("INBOX-28", "LIFE", "ADR-0021 §5", 6,
+       "The inbox lifecycle runs acquire, audit, [recovery, re-audit], hold in that order; on "
+       "any budget, corruption or audit error it releases ownership before refusing; it creates "
+       "no timer and starts no transport."),
+    _p("INBOX-29", "PBT", "ADR-0021 §5.1", 6,
+       "With a valid receipt no process probe happens; after an `exited` probe the receipt is "
+       "re-read, and re-read once more after a grace of at most 5 s."),
+    _p("INBOX-30", "PBT", "ADR-0021 §5.1", 6,
+       "A receipt with a Run, Attempt, start time, sequence or capability mismatch, an "
+       "unavailable authenticator, or a read error yields `unknown` before any process probe."),
+    _p("INBOX-31", "PBT", "ADR-0021 §5.1", 6,
+       "A record without the callback pair never authenticates a receipt."),
+    _p("INBOX-32", "PBT", "ADR-0021 §5.1", 6,
+       "Each inspector outcome (`running`, `exited`, `invalid`, `identity_mismatch`, "
+       "`unsupported`, error) maps to one stable evidence value, and no branch calls start, "
+       "stop, ACK or remove."),
+    _p("INBOX-33", "PBT", "ADR-0021 §5.1", 6,
+       "With authority `session_fenced`, `worker_offline`, `worker_session_expired` or "
+       "`run_lease_expired`, or a terminal control plane, completion is `blocked` and nothing is "
+       "submitted, except the exact-replay case [decision §3.11]."),
+    _p("INBOX-34", "PBT+CONF", "ADR-0021 §5.2", 6,
+       "Completion recovery always submits first, writes `completion_acknowledged` second and "
+       "deletes the receipt third; a failed journal write keeps the receipt and the next pass's "
+       "identical resubmission returns `already_terminal`; a failed deletion never reverts the "
+       "final state."),
+    _p("INBOX-35", "CONF", "ADR-0021 §5.2", 6,
+       "After the control plane committed a completion and the Worker was replaced before its "
+       "journal write, recovery converges to `completion_acknowledged` through "
+       "`already_terminal`; any altered resubmission is refused."),
+    _p("INBOX-36", "PBT", "ADR-0021 §5.2", 6,
+       "Running ACK recovery happens only for `started` + `current` + running identity + no "
+       "receipt; a terminal control plane yields `recovery_required(control_plane_terminal)`; a "
+       "version mismatch leaves the record unchanged."),
+    _p("INBOX-37", "PBT", "ADR-0021 §5.3", 6,
+       "An action count over budget or an incomplete audit causes zero side effects; one failing "
+       "item does not stop the others and the overall result is `reconciliation_required`."),
+    _p("INBOX-38", "PBT", "ADR-0021 §5.1, §5.2", 6,
+       "No Reconciler, Coordinator or Supervisor result contains a receipt token, lease token, "
+       "command or ExecutionSpec."),
+    _p("INBOX-39", "CONF", "ADR-0021 §5.3", 6,
+       "Retention deletes only `completion_acknowledged` and `start_failure_acknowledged` "
+       "records older than the retention, receipts first, at most the delete budget per call; a "
+       "concurrent replace, a failed receipt cleanup or an exhausted budget never deletes an "
+       "active or newer record; retention outside 1 min..30 days is rejected."),
+    _p("INBOX-40", "PBT", "ADR-0021 §5.4", 6,
+       "The lease-loss coordinator stops a process only when the full authority matches the "
+       "record; never after `completion_acknowledged`; writes `_unverified` when the identity "
+       "cannot be re-verified; writes nothing when the controller raises."),
+    _p("INBOX-41", "PBT", "ADR-0021 §5.4", 6,
+       "Lease-lost records are never deleted by retention and never spawned by redelivery; the "
+       "coordinator has no way to call a control-plane mutation."),
+    _p("INBOX-42", "CONF", "ADR-0021 §5.4", 6,
+       "The expiry scanner processes at most one page per call (default 16, hard 64) in "
+       "`(expires_at_ms, attempt_id)` order; after a failure it returns the cursor of the "
+       "contiguous successful prefix and the failed item is processed again next call."),
     # -- Appendix D additions ------------------------------------------------------------------
     # CAD-15 belongs with the receipts it protects (issue 6, docs/decisions.md E-4).
     _p("CAD-15", "CONF", "ADR-0380 §3", 6,

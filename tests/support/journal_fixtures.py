@@ -1,0 +1,120 @@
+"""Offers, journal records and journal events for the journal kernel tests (SPEC §3.2-§3.7).
+
+Every record is reached through `journal_step` from a delivery, never assembled by hand, so
+each one is a revision the kernel can produce. `EVENTS` draws any event of §3.6 with valid or
+plausible payloads; the transition decides whether it applies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import strategies as st
+
+from kernel import Secret, token_digest
+from kernel.identity import offer_id
+from kernel.journal_record import JournalRecord, Offer, OfferCandidate, OfferLease, OfferWorker
+from kernel.specs.journal import DeliveryKind
+from kernel.specs.states import LeaseStatus
+from kernel.transitions.offer_journal import (
+    CompletionAcknowledged,
+    ControlPlaneAlreadyRunning,
+    ControlPlaneTerminal,
+    DeliveryAccepted,
+    FailStartAcknowledged,
+    HandleReturned,
+    JournalApplied,
+    JournalEvent,
+    LaunchOutcomeUnknown,
+    LeaseLost,
+    LeaseVersionAdvanced,
+    PrepareFailed,
+    PrepareSucceeded,
+    RetentionDelete,
+    RunningAcknowledged,
+    StartingAcknowledged,
+    StartRefused,
+    journal_step,
+)
+
+T0 = 1_000_000
+LEASE_TOKEN = Secret.of("lease-token-for-the-journal-tests-0123456789", "lease_token")
+CALLBACK_TOKEN = "callback-token-of-the-journal-tests-abcdef012345"  # noqa: S105 - a test value
+CALLBACK_DIGEST = token_digest(CALLBACK_TOKEN)
+
+
+def lease(version: int = 2, token: Secret = LEASE_TOKEN, **changes: object) -> OfferLease:
+    base = OfferLease(
+        run_id="r1",
+        attempt_id="r1-a1",
+        lease_generation=1,
+        version=version,
+        status=LeaseStatus.LEASED,
+        worker_id="w1",
+        worker_session_id="s1",
+        worker_generation=1,
+        lease_token=token,
+        expires_at_ms=T0 + 30_000,
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def offer(snapshot: OfferLease | None = None) -> Offer:
+    snap = lease() if snapshot is None else snapshot
+    return Offer(
+        offer_id=offer_id(
+            snap.attempt_id,
+            snap.lease_generation,
+            snap.worker_id,
+            snap.worker_session_id,
+            snap.worker_generation,
+        ),
+        execution_spec_digest="a" * 64,
+        delivery_kind=DeliveryKind.NEW_CLAIM,
+        candidate=OfferCandidate("r1", "r1-a1", "proj", "task", 1, "shell"),
+        worker=OfferWorker("w1", "s1", 1),
+        lease=snap,
+        execution_spec={"argv": ["echo", "secret-command-line"]},
+    )
+
+
+def accepted() -> JournalRecord:
+    outcome = journal_step(None, DeliveryAccepted(offer()), T0)
+    assert isinstance(outcome, JournalApplied)
+    assert outcome.record is not None
+    return outcome.record
+
+
+PIPELINE: tuple[JournalEvent, ...] = (
+    StartingAcknowledged(lease(version=3)),
+    PrepareSucceeded(1, CALLBACK_DIGEST, T0 + 5),
+    HandleReturned("posix:v1:boot:4242:99"),
+    RunningAcknowledged(),
+    CompletionAcknowledged(),
+)
+
+
+def events() -> st.SearchStrategy[JournalEvent]:
+    """Any §3.6 event (not the first delivery), with payloads that are valid for the record of
+    `lease()` unless drawn otherwise."""
+    versions = st.integers(1, 6)
+    return st.one_of(
+        versions.map(lambda v: StartingAcknowledged(lease(version=v))),
+        st.just(ControlPlaneAlreadyRunning()),
+        st.just(ControlPlaneTerminal()),
+        st.builds(PrepareSucceeded, st.integers(1, 3), st.just(CALLBACK_DIGEST), st.just(T0)),
+        st.builds(PrepareFailed, st.sampled_from([None, "PREPARE_FAILED"])),
+        st.builds(HandleReturned, st.just("posix:v1:boot:4242:99")),
+        st.builds(StartRefused, st.sampled_from([None, "ENOENT"])),
+        st.just(LaunchOutcomeUnknown()),
+        st.just(RunningAcknowledged()),
+        st.just(FailStartAcknowledged()),
+        st.builds(CompletionAcknowledged, st.sampled_from([None, 1]), st.just(CALLBACK_DIGEST)),
+        st.builds(LeaseLost, st.booleans()),
+        st.builds(
+            LeaseVersionAdvanced,
+            versions.map(lambda v: lease(version=v)),
+            st.sampled_from(list(DeliveryKind)),
+        ),
+        st.just(RetentionDelete()),
+    )
