@@ -12,7 +12,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from kernel import Secret, token_digest
-from kernel.identity import offer_id
+from kernel.identity import execution_spec_digest, offer_id
 from kernel.journal_record import JournalRecord, Offer, OfferCandidate, OfferLease, OfferWorker
 from kernel.specs.journal import DeliveryKind
 from kernel.specs.states import LeaseStatus
@@ -59,8 +59,28 @@ def lease(version: int = 2, token: Secret = LEASE_TOKEN, **changes: object) -> O
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
-def offer(snapshot: OfferLease | None = None) -> Offer:
+def spec(**changes: object) -> dict[str, object]:
+    """An ExecutionSpec naming the Attempt of `lease()` (D-4 [decision])."""
+    base: dict[str, object] = {
+        "run_id": "r1",
+        "attempt_id": "r1-a1",
+        "project_id": "proj",
+        "task_id": "task",
+        "task_revision": 1,
+        "argv": ["echo", "secret-command-line"],
+    }
+    return base | changes
+
+
+def offer(
+    snapshot: OfferLease | None = None,
+    *,
+    execution_spec: dict[str, object] | None = None,
+    delivery_kind: DeliveryKind = DeliveryKind.NEW_CLAIM,
+    candidate: OfferCandidate | None = None,
+) -> Offer:
     snap = lease() if snapshot is None else snapshot
+    document = spec() if execution_spec is None else execution_spec
     return Offer(
         offer_id=offer_id(
             snap.attempt_id,
@@ -69,12 +89,16 @@ def offer(snapshot: OfferLease | None = None) -> Offer:
             snap.worker_session_id,
             snap.worker_generation,
         ),
-        execution_spec_digest="a" * 64,
-        delivery_kind=DeliveryKind.NEW_CLAIM,
-        candidate=OfferCandidate("r1", "r1-a1", "proj", "task", 1, "shell"),
-        worker=OfferWorker("w1", "s1", 1),
+        execution_spec_digest=execution_spec_digest(document),
+        delivery_kind=delivery_kind,
+        candidate=(
+            OfferCandidate("r1", "r1-a1", "proj", "task", 1, "shell")
+            if candidate is None
+            else candidate
+        ),
+        worker=OfferWorker(snap.worker_id, snap.worker_session_id, snap.worker_generation),
         lease=snap,
-        execution_spec={"argv": ["echo", "secret-command-line"]},
+        execution_spec=document,
     )
 
 
