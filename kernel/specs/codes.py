@@ -153,6 +153,7 @@ class Code(enum.StrEnum):
     AUDIT_CURSOR_INVALID = "AUDIT_CURSOR_INVALID"
     AUDIT_BUDGET_EXHAUSTED = "AUDIT_BUDGET_EXHAUSTED"
     AUDIT_JOURNAL_CORRUPT = "AUDIT_JOURNAL_CORRUPT"
+    RECOVERY_ACTION_BUDGET_EXHAUSTED = "RECOVERY_ACTION_BUDGET_EXHAUSTED"  # §3.13 [decision]
     # -- Approved Action (Appendix A) -----------------------------------------------------
     CURSOR_STALLED = "cursor_stalled"
     PAGE_LIMIT = "page_limit"
