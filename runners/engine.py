@@ -77,13 +77,42 @@ def execute_observed(storage: Storage, command: Command, observe: Observe) -> Ou
     try:
         with storage.transaction() as tx:
             aggregate = load_for(tx, command)
-            outcome = apply(aggregate, command, observe(tx))
-            if isinstance(outcome, Applied):
-                try:
-                    for effect in outcome.effects:
-                        tx.execute(effect)
-                except StaleWrite:
-                    raise _Rollback(Raced(Code.CAS_CONFLICT)) from None
-            return outcome
+            return _apply(tx, aggregate, command, observe(tx))
     except _Rollback as rollback:
         return rollback.outcome
+
+
+#: Builds the command for an Attempt from its aggregate as loaded (and locked) in the
+#: transaction, or `None` when there is nothing to do. The builder is the kernel's
+#: (for example `kernel.lease_expiry_scan.expiry_command`), never a runner's.
+Build = Callable[[RunAggregate | None], Command | None]
+
+
+def execute_built(
+    storage: Storage, attempt_id: str, build: Build, observed_at_ms: int
+) -> Outcome | None:
+    """Load the aggregate of `attempt_id`, let the kernel build the command from it, and run
+    it in the same transaction (so the command is built from what is locked, not from a
+    page read earlier). `None`: the builder found nothing to do; nothing was written."""
+    try:
+        with storage.transaction() as tx:
+            aggregate = tx.load_run_of_attempt(attempt_id)
+            command = build(aggregate)
+            if command is None:
+                return None
+            return _apply(tx, aggregate, command, observed_at_ms)
+    except _Rollback as rollback:
+        return rollback.outcome
+
+
+def _apply(
+    tx: StorageTransaction, aggregate: RunAggregate | None, command: Command, now: int
+) -> Outcome:
+    outcome = apply(aggregate, command, now)
+    if isinstance(outcome, Applied):
+        try:
+            for effect in outcome.effects:
+                tx.execute(effect)
+        except StaleWrite:
+            raise _Rollback(Raced(Code.CAS_CONFLICT)) from None
+    return outcome

@@ -10,11 +10,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from kernel import Evidence, LostRetryStep, Outcome, RecoverRuntime
+from kernel import (
+    Evidence,
+    ExpireWithLease,
+    LostRetryStep,
+    Outcome,
+    Profile,
+    RecoverRuntime,
+    RunAggregate,
+)
+from kernel.lease_expiry_scan import expiry_command, scan_cursor
 from kernel.lost_retry_page import CANDIDATE_ERROR, CandidateError, LostRetryPageResult, tally
 from kernel.selection import Candidate, Page, check_limit
 from kernel.specs.codes import Code
-from runners.engine import Storage, execute
+from runners.engine import Storage, execute, execute_built
 
 
 class LostRetrySource(Protocol):
@@ -135,3 +144,59 @@ def runtime_recovery_page(
             ) from None
         done.append((candidate.attempt_id, outcome.kind.value, outcome.code.value))
     return RecoveryPageResult(tuple(done), page.has_more)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiryPageResult:
+    """One lease-expiry scan call (§3.16): each processed item's `(attempt_id, kind, code)`
+    in order (`skipped` when its lease was no longer `leased`), the next cursor (the
+    contiguous successful prefix), whether a failure stopped the page, and `has_more`."""
+
+    outcomes: tuple[tuple[str, str, str], ...]
+    cursor: tuple[int, str] | None
+    failed: bool
+    has_more: bool
+
+
+class ExpirySource(Protocol):
+    def lease_expiry_candidates(
+        self, observed_at_ms: int, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]: ...
+
+
+def lease_expiry_page(
+    storage: Storage,
+    source: ExpirySource,
+    observed_at_ms: int,
+    limit: int,
+    after: tuple[int, str] | None,
+    *,
+    profile: Profile,
+) -> ExpiryPageResult:
+    """One page of the expiry scanner (INBOX-42): serial items, one transaction each, stop at
+    the first failure with the cursor of the successful prefix (the failed item comes back)."""
+    check_limit(limit)
+    page = source.lease_expiry_candidates(observed_at_ms, limit, after)
+    done: list[tuple[str, str, str]] = []
+    keys: list[tuple[int, str]] = []
+    for candidate in page.items:
+        attempt_id = candidate.attempt_id
+        assert attempt_id is not None
+
+        def build(
+            aggregate: RunAggregate | None, attempt_id: str = attempt_id
+        ) -> ExpireWithLease | None:
+            return expiry_command(aggregate, attempt_id, profile)
+
+        try:
+            outcome = execute_built(storage, attempt_id, build, observed_at_ms)
+        except Exception:  # storage, lock or persistence failure: stop, never skip
+            return ExpiryPageResult(
+                tuple(done), scan_cursor(after, keys), failed=True, has_more=True
+            )
+        if outcome is None:
+            done.append((attempt_id, "skipped", "not_leased"))
+        else:
+            done.append((attempt_id, outcome.kind.value, outcome.code.value))
+        keys.append(candidate.key)
+    return ExpiryPageResult(tuple(done), scan_cursor(after, keys), False, page.has_more)
