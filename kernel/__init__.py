@@ -81,9 +81,19 @@ from kernel.identity import (
     token_digest,
     validate_portable_id,
 )
+from kernel.journal_codec import JournalCorrupt, decode_record, encode_record
+from kernel.journal_record import (
+    JournalRecord,
+    Offer,
+    OfferCandidate,
+    OfferLease,
+    OfferWorker,
+    record_violations,
+)
 from kernel.outcomes import Applied, Outcome, Raced, Rejected, Replayed
 from kernel.specs.codes import Code
 from kernel.specs.invariants import Violation, check_invariants
+from kernel.specs.journal import DeliveryKind, JournalState, RecoveryReason
 from kernel.specs.states import (
     Actor,
     AttemptStatus,
@@ -127,9 +137,13 @@ from kernel.transitions import (
 
 __version__ = "0.1.0"
 
+from kernel.transitions.offer_delivery import Accept, Continue, Merge, decide_delivery
+from kernel.transitions.offer_journal import JournalApplied, JournalOutcome, journal_step
+
 __all__ = [
     "COMMANDS_BY_NAME",
     "TRANSITIONS",
+    "Accept",
     "AcknowledgeRunning",
     "AcknowledgeStarting",
     "ActivateLocal",
@@ -147,8 +161,10 @@ __all__ = [
     "CompleteWithLease",
     "CompletedEvidence",
     "CompletionOutcome",
+    "Continue",
     "ConvergeCancel",
     "CreateRun",
+    "DeliveryKind",
     "Effect",
     "EffectConflict",
     "Event",
@@ -163,12 +179,22 @@ __all__ = [
     "InsertLease",
     "InsertPolicy",
     "InsertRun",
+    "JournalApplied",
+    "JournalCorrupt",
+    "JournalOutcome",
+    "JournalRecord",
+    "JournalState",
     "Lease",
     "LeaseStatus",
     "LiveEvidence",
     "LocalReceipt",
     "LostRetryStep",
+    "Merge",
     "NotRunningEvidence",
+    "Offer",
+    "OfferCandidate",
+    "OfferLease",
+    "OfferWorker",
     "Outcome",
     "OutcomeKind",
     "PolicyDefinition",
@@ -178,6 +204,7 @@ __all__ = [
     "RecordLocalStop",
     "RecoverLocalStartup",
     "RecoverRuntime",
+    "RecoveryReason",
     "Rejected",
     "ReleaseReason",
     "RenewLease",
@@ -215,17 +242,22 @@ __all__ = [
     "complete_with_lease",
     "converge_cancel",
     "create_run",
+    "decide_delivery",
+    "decode_record",
     "digests_equal",
+    "encode_record",
     "execution_spec_digest",
     "expire_with_lease",
     "fail_orphaned_created",
     "fail_start",
     "grant_lease",
     "is_portable_id",
+    "journal_step",
     "lost_retry_step",
     "offer_id",
     "record_local_handle",
     "record_local_stop",
+    "record_violations",
     "recover_local_startup",
     "recover_runtime",
     "renew_lease",
