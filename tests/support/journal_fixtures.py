@@ -142,3 +142,39 @@ def events() -> st.SearchStrategy[JournalEvent]:
         ),
         st.just(RetentionDelete()),
     )
+
+
+# -- journal adapter helpers (file and SQLite journals, the journal contract) ----------------
+def _applied(record: JournalRecord | None, event: JournalEvent, at_ms: int) -> JournalRecord:
+    outcome = journal_step(record, event, at_ms)
+    assert isinstance(outcome, JournalApplied), (event, outcome)
+    assert outcome.record is not None
+    return outcome.record
+
+
+def accepted_offer(generation: int) -> JournalRecord:
+    """Revision 0 of a distinct offer per `generation` (>= 1): the lease generation is part of
+    the offer id (§0.4) and nothing else changes; `accepted_offer(1) == accepted()`."""
+    return _applied(None, DeliveryAccepted(offer(lease(lease_generation=generation))), T0)
+
+
+def revisions(generation: int = 1) -> tuple[JournalRecord, ...]:
+    """Revisions 0..5 of the offer of `accepted_offer(generation)`: the happy `PIPELINE` (its
+    starting ACK with that lease generation), one kernel step per millisecond."""
+    steps = (StartingAcknowledged(lease(version=3, lease_generation=generation)), *PIPELINE[1:])
+    records = [accepted_offer(generation)]
+    for i, event in enumerate(steps):
+        records.append(_applied(records[-1], event, T0 + i + 1))
+    return tuple(records)
+
+
+def accepted_with_padding(length: int) -> JournalRecord:
+    """Revision 0 of `accepted()`'s offer whose command line carries `length` more ASCII bytes:
+    its canonical encoding is exactly `length` bytes longer than with `length = 0`."""
+    document = spec(argv=["echo", "x" * length])
+    return _applied(None, DeliveryAccepted(offer(execution_spec=document)), T0)
+
+
+def oversized() -> JournalRecord:
+    """Revision 0 whose canonical bytes are over 192 KiB (F-2): a very long command line."""
+    return accepted_with_padding(200 * 1024)
