@@ -52,11 +52,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from kernel.journal_codec import JournalCorrupt, decode_record, encode_record
+from kernel.journal_codec import JournalCorrupt, decode_record
 from kernel.journal_record import JournalRecord
-from kernel.specs.budgets import HARD_LIMITS, IntRange, budget_for, check_in_range
+from kernel.specs.budgets import check_in_range
 from kernel.specs.codes import Code
-from kernel.specs.states import Profile
+from runners.edge.journal_common import (
+    CAPACITY_RANGE,
+    DEFAULT_CAPACITY,
+    PAGE_RANGE,
+    RECORD_MAX,
+    check_offer_id,
+    encode_for_write,
+    ownership_error,
+    require_owned,
+)
 from runners.edge.journal_lock import (
     FILE_MODE,
     LOCK_DIR_NAME,
@@ -78,23 +87,10 @@ __all__ = [
 ]
 
 
-def _default_capacity() -> int:
-    capacity = budget_for(Profile.EDGE).journal_capacity
-    if capacity is None:  # pragma: no cover - §6.3 gives edge a journal
-        raise RuntimeError("the edge budget has no journal capacity")
-    return capacity
-
-
-#: F-7: 64, from the §6.3 edge budget; configurable 1..`HARD_LIMITS.journal_capacity_max` (1024).
-DEFAULT_CAPACITY: Final = _default_capacity()
 RECORD_SUFFIX: Final = ".json"
 #: F-3/F-4 temporaries: `.tmp-<32 hex>`; the leading dot makes them F-12 leftovers, never listed.
 TEMPORARY_NAME_PREFIX: Final = f"{TEMPORARY_PREFIX}tmp-"
 _RECORD_NAME: Final = re.compile(r"[0-9a-f]{64}\.json")
-_OFFER_ID: Final = re.compile(r"[0-9a-f]{64}")
-_RECORD_MAX: Final = HARD_LIMITS.journal_record_size_max_bytes
-_CAPACITY_RANGE: Final = IntRange(1, HARD_LIMITS.journal_capacity_max)
-_PAGE_RANGE: Final = IntRange(1, HARD_LIMITS.journal_list_page_max)
 _TEMP_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 #: O_NONBLOCK: a FIFO planted under a record name must not block the reader (it is corrupt).
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -111,12 +107,6 @@ def record_name(offer_id: str) -> str:
 def is_record_name(name: str) -> bool:
     """A root entry name that can hold a record: 64 lowercase hex digits and `.json`."""
     return _RECORD_NAME.fullmatch(name) is not None
-
-
-def _check_offer_id(offer_id: object) -> str:
-    if not isinstance(offer_id, str) or _OFFER_ID.fullmatch(offer_id) is None:
-        raise ValueError("offer_id: must be 64 lowercase hex digits")
-    return offer_id
 
 
 def _errno_name(exc: OSError) -> str:
@@ -201,7 +191,7 @@ class FileJournal:
         root = Path(root)
         if not root.is_absolute():
             raise ValueError("journal root: must be an absolute path (F-1)")
-        self._capacity = check_in_range(capacity, _CAPACITY_RANGE, field="capacity")
+        self._capacity = check_in_range(capacity, CAPACITY_RANGE, field="capacity")
         if ownership is None:
             ownership = JournalOwnership(root)
         elif ownership.root != root:
@@ -233,27 +223,24 @@ class FileJournal:
         try:
             self._ownership.acquire()
         except JournalOwnershipError as exc:
-            raise JournalError(exc.code, exc.reason) from None
+            raise ownership_error(exc) from None
 
     def release(self) -> None:
         """W-7 through the ownership; failures as `JournalError`."""
         try:
             self._ownership.release()
         except JournalOwnershipError as exc:
-            raise JournalError(exc.code, exc.reason) from None
+            raise ownership_error(exc) from None
 
     def _require_owned(self) -> None:
         """W-1: first thing in every operation (and again before a mutation publishes)."""
-        try:
-            self._ownership.require_owned()
-        except JournalOwnershipError as exc:
-            raise JournalError(exc.code, exc.reason) from None
+        require_owned(self._ownership)
 
     # -- JournalStore: reads (concurrent) ----------------------------------------------------
 
     def read(self, offer_id: str) -> JournalRecord | None:
         self._require_owned()
-        return self._load(_check_offer_id(offer_id))
+        return self._load(check_offer_id(offer_id))
 
     def list(self, after: str | None, limit: int) -> JournalPage:
         """F-8: up to `limit` records after the cursor `after` (None: from the start).
@@ -264,9 +251,9 @@ class FileJournal:
         records of the page are read and decoded in full.
         """
         self._require_owned()
-        check_in_range(limit, _PAGE_RANGE, field="limit")
+        check_in_range(limit, PAGE_RANGE, field="limit")
         if after is not None:
-            _check_offer_id(after)
+            check_offer_id(after)
         later = sorted(oid for oid in self._offer_ids() if after is None or oid > after)
         records: list[JournalRecord] = []
         for oid in later[:limit]:
@@ -309,7 +296,7 @@ class FileJournal:
 
     def remove(self, offer_id: str, expected_revision: int) -> None:
         self._require_owned()
-        _check_offer_id(offer_id)
+        check_offer_id(offer_id)
         with self._mutations:
             stored = self._load(offer_id)
             if stored is None:
@@ -327,16 +314,7 @@ class FileJournal:
 
     @staticmethod
     def _encode(record: JournalRecord) -> bytes:
-        """F-2 size first; then the bytes must decode to the record (FJ-4), so nothing is ever
-        written that a later read would call corrupt."""
-        data = encode_record(record)
-        if len(data) > _RECORD_MAX:
-            raise JournalError(Code.JOURNAL_RECORD_TOO_LARGE, "size")
-        try:
-            decode_record(data, record.offer_id)
-        except JournalCorrupt as exc:
-            raise ValueError(f"record: not a valid revision ({exc.field})") from None
-        return data
+        return encode_for_write(record)
 
     def _entries(self) -> Iterator[tuple[str, bool]]:
         try:
@@ -381,12 +359,12 @@ class FileJournal:
                 raise _corrupt("owner")
             if stat.S_IMODE(st.st_mode) != FILE_MODE:
                 raise _corrupt("mode")
-            if not 0 < st.st_size <= _RECORD_MAX:
+            if not 0 < st.st_size <= RECORD_MAX:
                 raise _corrupt("size")
             chunks: list[bytes] = []
             total = 0
-            while total <= _RECORD_MAX:
-                chunk = os.read(fd, _RECORD_MAX + 1 - total)
+            while total <= RECORD_MAX:
+                chunk = os.read(fd, RECORD_MAX + 1 - total)
                 if not chunk:
                     break
                 chunks.append(chunk)
@@ -396,7 +374,7 @@ class FileJournal:
         finally:
             os.close(fd)
         data = b"".join(chunks)
-        if not 0 < len(data) <= _RECORD_MAX:
+        if not 0 < len(data) <= RECORD_MAX:
             raise _corrupt("size")
         try:
             return decode_record(data, offer_id)

@@ -65,10 +65,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
-from kernel.journal_codec import JournalCorrupt, decode_record, encode_record
+from kernel.journal_codec import JournalCorrupt, decode_record
 from kernel.journal_record import JournalRecord
 from kernel.specs.budgets import HARD_LIMITS, IntRange, check_in_range
 from kernel.specs.codes import Code
+from runners.edge.journal_common import (
+    CAPACITY_RANGE,
+    DEFAULT_CAPACITY,
+    PAGE_RANGE,
+    check_offer_id,
+    encode_for_write,
+    ownership_error,
+    require_owned,
+)
 from runners.edge.journal_lock import JournalOwnership, JournalOwnershipError
 from runners.edge.named_sql import load
 from runners.journal_port import JournalError, JournalPage
@@ -91,15 +100,10 @@ DATABASE_NAME: Final = "journal.sqlite3"
 #: The companion files SQLite creates beside the database in WAL mode.
 _COMPANION_SUFFIXES: Final = ("-wal", "-shm")
 SCHEMA_VERSION: Final = 1
-DEFAULT_CAPACITY: Final = 64
 DEFAULT_BUSY_TIMEOUT_MS: Final = 5_000
 _FILE_MODE: Final = 0o600
 _SYNCHRONOUS_FULL: Final = 2
-_CAPACITY_RANGE: Final = IntRange(1, HARD_LIMITS.journal_capacity_max)
-_LIMIT_RANGE: Final = IntRange(1, HARD_LIMITS.journal_list_page_max)
 _BUSY_TIMEOUT_RANGE: Final = IntRange(0, 600_000)
-_OFFER_ID_LENGTH: Final = 64
-_HEX: Final = frozenset("0123456789abcdef")
 
 #: The points of a mutation at which `fault_hook` is called, in order.
 STEPS: Final = ("begun", "checked", "written", "committed")
@@ -114,12 +118,6 @@ _SQLITE_CONSTRAINT: Final = 19
 _SQLITE_NOTADB: Final = 26
 _SQLITE_CONSTRAINT_PRIMARYKEY: Final = 1555
 _SQLITE_CONSTRAINT_UNIQUE: Final = 2067
-
-
-def _check_offer_id(value: object, field: str) -> str:
-    if not isinstance(value, str) or len(value) != _OFFER_ID_LENGTH or not _HEX.issuperset(value):
-        raise ValueError(f"{field}: must be 64 lowercase hex characters")
-    return value
 
 
 def _check_expected(value: object) -> int:
@@ -142,10 +140,6 @@ def _storage_error(exc: sqlite3.Error) -> JournalError:
     # Disk full, I/O errors, a read-only or unopenable file, and anything unexpected: the store
     # cannot be written or read as it must be (J-7: storage failures are JOURNAL_PERMISSIONS).
     return JournalError(Code.JOURNAL_PERMISSIONS, reason)
-
-
-def _ownership_error(exc: JournalOwnershipError) -> JournalError:
-    return JournalError(exc.code, exc.reason)
 
 
 def _decode_row(row: tuple[object, object, object], offer_id: str | None = None) -> JournalRecord:
@@ -205,7 +199,7 @@ class SqliteJournal:
             ownership = JournalOwnership(root)  # refuses a relative root (F-1)
         elif ownership.root != root:
             raise ValueError("ownership: must own the journal root")
-        self._capacity = check_in_range(capacity, _CAPACITY_RANGE, field="capacity")
+        self._capacity = check_in_range(capacity, CAPACITY_RANGE, field="capacity")
         self._busy_timeout_s = (
             check_in_range(busy_timeout_ms, _BUSY_TIMEOUT_RANGE, field="busy_timeout_ms") / 1000
         )
@@ -248,7 +242,7 @@ class SqliteJournal:
         try:
             self._ownership.acquire()
         except JournalOwnershipError as exc:
-            raise _ownership_error(exc) from None
+            raise ownership_error(exc) from None
 
     def release(self) -> None:
         """Close the connections, then W-7 `release()` of the ownership."""
@@ -256,7 +250,7 @@ class SqliteJournal:
         try:
             self._ownership.release()
         except JournalOwnershipError as exc:
-            raise _ownership_error(exc) from None
+            raise ownership_error(exc) from None
 
     def close(self) -> None:
         """Close both connections (idempotent); the next operation opens them again."""
@@ -267,7 +261,7 @@ class SqliteJournal:
 
     def create(self, record: JournalRecord) -> None:
         self._require_owned()
-        offer_id = _check_offer_id(record.offer_id, "record.offer_id")
+        offer_id = check_offer_id(record.offer_id, "record.offer_id")
         if record.revision != 0:
             raise JournalError(Code.JOURNAL_REVISION_CONFLICT, "create_revision_not_zero")
         data = self._encode(record)
@@ -292,7 +286,7 @@ class SqliteJournal:
 
     def replace(self, record: JournalRecord, expected_revision: int) -> None:
         self._require_owned()
-        offer_id = _check_offer_id(record.offer_id, "record.offer_id")
+        offer_id = check_offer_id(record.offer_id, "record.offer_id")
         expected = _check_expected(expected_revision)
         if record.revision != expected + 1:
             raise JournalError(Code.JOURNAL_REVISION_CONFLICT, "revision_not_expected_plus_one")
@@ -312,7 +306,7 @@ class SqliteJournal:
 
     def remove(self, offer_id: str, expected_revision: int) -> None:
         self._require_owned()
-        offer_id = _check_offer_id(offer_id, "offer_id")
+        offer_id = check_offer_id(offer_id, "offer_id")
         expected = _check_expected(expected_revision)
         params = {"offer_id": offer_id, "expected_revision": expected}
         with self._transaction() as conn:
@@ -324,7 +318,7 @@ class SqliteJournal:
 
     def read(self, offer_id: str) -> JournalRecord | None:
         self._require_owned()
-        offer_id = _check_offer_id(offer_id, "offer_id")
+        offer_id = check_offer_id(offer_id, "offer_id")
         with self._reading() as conn:
             rows = conn.execute(JOURNAL_SQL["select_record"], {"offer_id": offer_id}).fetchall()
         return _decode_row(rows[0], offer_id) if rows else None
@@ -332,8 +326,8 @@ class SqliteJournal:
     def list(self, after: str | None, limit: int) -> JournalPage:
         self._require_owned()
         if after is not None:
-            _check_offer_id(after, "after")
-        page_size = check_in_range(limit, _LIMIT_RANGE, field="limit")
+            check_offer_id(after, "after")
+        page_size = check_in_range(limit, PAGE_RANGE, field="limit")
         params = {"after": "" if after is None else after, "limit": page_size + 1}
         with self._reading() as conn:
             rows = conn.execute(JOURNAL_SQL["list_records"], params).fetchall()
@@ -345,21 +339,11 @@ class SqliteJournal:
 
     def _require_owned(self) -> None:
         """W-1: held, uncompromised ownership before anything else (I-J6)."""
-        try:
-            self._ownership.require_owned()
-        except JournalOwnershipError as exc:
-            raise _ownership_error(exc) from None
+        require_owned(self._ownership)
 
     @staticmethod
     def _encode(record: JournalRecord) -> bytes:
-        data = encode_record(record)
-        if len(data) > HARD_LIMITS.journal_record_size_max_bytes:  # F-2: before any write
-            raise JournalError(Code.JOURNAL_RECORD_TOO_LARGE, "record_size")
-        try:  # nothing is written that a later read would call corrupt (F-9)
-            decode_record(data, record.offer_id)
-        except JournalCorrupt as exc:
-            raise ValueError(f"record: not a valid revision ({exc.field})") from None
-        return data
+        return encode_for_write(record)
 
     def _step(self, step: str, conn: sqlite3.Connection) -> None:
         if self._fault_hook is not None:
