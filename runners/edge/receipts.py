@@ -53,6 +53,7 @@ from kernel.identity import (
     is_sha256_hex,
     token_digest,
 )
+from kernel.journal_reconciler import ReceiptCheck
 from kernel.specs.states import CompletionOutcome
 
 __all__ = [
@@ -605,7 +606,7 @@ def _unlink_quietly(path: Path) -> None:
 
 class ReceiptConflict(enum.StrEnum):
     """Why a receipt does not validate against the record (§3.11 RV-1..RV-5), first failing
-    rule wins. `rule` names the SPEC rule; `unknown_reason` the Reconciler's evidence reason."""
+    rule wins. `rule` names the SPEC rule; `check` is what the Reconciler is told."""
 
     RUN_ATTEMPT_MISMATCH = "run_attempt_mismatch"  # RV-1
     START_TIME_MISSING = "start_time_missing"  # RV-2: the record has no executor start time
@@ -619,14 +620,15 @@ class ReceiptConflict(enum.StrEnum):
         return _RULES[self]
 
     @property
-    def unknown_reason(self) -> str:
-        """The §3.11 evidence reason (EX-5), as `kernel.journal_reconciler.ReceiptCheck` splits
-        them: a receipt that contradicts the record's facts (RV-1, RV-2, RV-4) is
-        `receipt_conflict`; one that cannot be authenticated (RV-3: the record has no callback
-        pair; RV-5: the token's digest differs) is `receipt_unauthenticated`."""
+    def check(self) -> ReceiptCheck:
+        """The port's answer to the Reconciler (§3.11, EX-5): a receipt that contradicts the
+        record's facts (RV-1, RV-2, RV-4) is a `CONFLICT`; one that cannot be authenticated
+        (RV-3: the record has no callback pair; RV-5: the token's digest differs) is
+        `UNAUTHENTICATED`. The kernel maps these to `receipt_conflict` /
+        `receipt_unauthenticated` (`kernel.journal_reconciler.after_receipt`)."""
         if self in (ReceiptConflict.CALLBACK_PAIR_MISSING, ReceiptConflict.TOKEN_MISMATCH):
-            return "receipt_unauthenticated"
-        return "receipt_conflict"
+            return ReceiptCheck.UNAUTHENTICATED
+        return ReceiptCheck.CONFLICT
 
 
 _RULES: Final = {

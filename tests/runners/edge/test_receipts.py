@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from kernel.identity import Secret, token_digest
+from kernel.journal_reconciler import ReceiptCheck
 from kernel.specs.states import CompletionOutcome
 from runners.edge.posix_executor import PersistedExecutionInspector
 from runners.edge.receipts import (
@@ -152,7 +153,7 @@ def test_rv1_another_run_or_attempt_is_a_conflict(
     result = AUTH.validate(published.receipt, facts)
     assert result.conflict is ReceiptConflict.RUN_ATTEMPT_MISMATCH
     assert result.conflict.rule == "RV-1"
-    assert result.conflict.unknown_reason == "receipt_conflict"
+    assert result.conflict.check is ReceiptCheck.CONFLICT
 
 
 @pytest.mark.spec("INBOX-30")
@@ -160,7 +161,7 @@ def test_rv2_another_or_a_missing_start_time_is_a_conflict(published: Published)
     later = dataclasses.replace(published.facts, executor_started_at_ms=STARTED_AT_MS + 1)
     result = AUTH.validate(published.receipt, later)
     assert result.conflict is ReceiptConflict.START_TIME_MISMATCH
-    assert result.conflict.unknown_reason == "receipt_conflict"
+    assert result.conflict.check is ReceiptCheck.CONFLICT
     missing = dataclasses.replace(published.facts, executor_started_at_ms=None)
     result = AUTH.validate(published.receipt, missing)
     assert result.conflict is ReceiptConflict.START_TIME_MISSING
@@ -185,7 +186,7 @@ def test_rv3_a_record_without_the_callback_pair_never_authenticates(
     assert not result.ok
     assert result.conflict is ReceiptConflict.CALLBACK_PAIR_MISSING
     assert result.conflict.rule == "RV-3"
-    assert result.conflict.unknown_reason == "receipt_unauthenticated"
+    assert result.conflict.check is ReceiptCheck.UNAUTHENTICATED
 
 
 @pytest.mark.spec("INBOX-30")
@@ -194,7 +195,7 @@ def test_rv4_another_callback_sequence_is_a_conflict(published: Published) -> No
     result = AUTH.validate(published.receipt, facts)
     assert result.conflict is ReceiptConflict.SEQUENCE_MISMATCH
     assert result.conflict.rule == "RV-4"
-    assert result.conflict.unknown_reason == "receipt_conflict"
+    assert result.conflict.check is ReceiptCheck.CONFLICT
 
 
 @pytest.mark.spec("INBOX-30")
@@ -203,7 +204,7 @@ def test_rv5_another_token_is_a_conflict(published: Published) -> None:
     result = AUTH.validate(forged, published.facts)
     assert result.conflict is ReceiptConflict.TOKEN_MISMATCH
     assert result.conflict.rule == "RV-5"
-    assert result.conflict.unknown_reason == "receipt_unauthenticated"
+    assert result.conflict.check is ReceiptCheck.UNAUTHENTICATED
     # The journal's digest itself is no capability: a receipt cannot carry it as its token
     # (64 hex characters *are* token-shaped), but its digest is not the digest.
     digest = published.facts.callback_token_sha256
