@@ -154,6 +154,11 @@ class Code(enum.StrEnum):
     AUDIT_BUDGET_EXHAUSTED = "AUDIT_BUDGET_EXHAUSTED"
     AUDIT_JOURNAL_CORRUPT = "AUDIT_JOURNAL_CORRUPT"
     RECOVERY_ACTION_BUDGET_EXHAUSTED = "RECOVERY_ACTION_BUDGET_EXHAUSTED"  # §3.13 [decision]
+    # -- worker runtime (runners/worker, decisions WR-n) ------------------------------------
+    CONTROL_PLANE_UNAVAILABLE = "CONTROL_PLANE_UNAVAILABLE"  # the client could not ask
+    ACK_VERSION_RETRIES_EXHAUSTED = "ACK_VERSION_RETRIES_EXHAUSTED"  # §3.5: 3 tries in all
+    PREPARE_FAILED = "PREPARE_FAILED"  # §3.5 step 6 refused (start_failure_code)
+    START_REFUSED = "START_REFUSED"  # Executor.start() refused explicitly (start_failure_code)
     # -- Approved Action (Appendix A) -----------------------------------------------------
     CURSOR_STALLED = "cursor_stalled"
     PAGE_LIMIT = "page_limit"

@@ -1,0 +1,205 @@
+"""The Worker's control-plane client on a runner's storage port (SPEC §1.7 T1-T6, §3.2, §3.5).
+
+`EngineControlPlane` is the in-process client a Worker uses when the control plane is a runner
+in the same deployment (edge: the SQLite `EdgeStore`; cluster: the `ClusterStore`): each call
+builds the kernel command from the journal's lease snapshot and the control plane's current
+view of the Worker session, runs it through `runners.engine.execute` (one transaction, the
+kernel decides, replay semantics T2r/T4r/T6r included), and answers with the kernel's code
+plus the lease's current version and expiry. No business rule lives here.
+
+`offer_for` is the dispatcher's half of §3.2: the offer the control plane hands a Worker for a
+granted lease (its `offer_id` derived from the lease authority, §0.4, and the ExecutionSpec's
+digest), so tests and the kill matrix deliver exactly what a control plane would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from kernel.commands import (
+    AcknowledgeRunning,
+    AcknowledgeStarting,
+    CompleteWithLease,
+    FailStart,
+    Fence,
+    RenewLease,
+)
+from kernel.entities import RunAggregate, WorkerSession
+from kernel.identity import Secret, execution_spec_digest, offer_id
+from kernel.journal_coordinator import CompletionSubmission
+from kernel.journal_record import Offer, OfferCandidate, OfferLease, OfferWorker
+from kernel.outcomes import Outcome
+from kernel.specs.journal import DeliveryKind
+from kernel.specs.states import LeaseStatus
+from runners.engine import Storage, execute
+from runners.worker.ports import Clock, ControlPlaneUnavailable, LeaseAck
+
+#: The control plane's current view of a Worker (K-4: a command input, never looked up by
+#: the kernel). `None`: the control plane does not know the Worker.
+SessionView = Callable[[str], WorkerSession | None]
+
+
+def _fence(lease: OfferLease, expected_version: int | None = None) -> Fence:
+    return Fence(
+        worker_id=lease.worker_id,
+        worker_session_id=lease.worker_session_id,
+        worker_generation=lease.worker_generation,
+        lease_generation=lease.lease_generation,
+        lease_token=lease.lease_token,
+        expected_version=lease.version if expected_version is None else expected_version,
+    )
+
+
+class EngineControlPlane:
+    """`ControlPlaneClient` over a `runners.engine.Storage` (module docstring).
+
+    :param storage: the control plane's store (edge or cluster).
+    :param sessions: the control plane's current Worker session view.
+    :param clock: the control plane's observation time for each command.
+    """
+
+    __slots__ = ("_clock", "_sessions", "_storage")
+
+    def __init__(self, storage: Storage, sessions: SessionView, clock: Clock) -> None:
+        self._storage = storage
+        self._sessions = sessions
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        return "EngineControlPlane()"
+
+    # -- ControlPlaneClient ----------------------------------------------------------------
+    def acknowledge_starting(self, lease: OfferLease) -> LeaseAck:
+        worker = self._worker(lease)
+        command = AcknowledgeStarting(lease.run_id, lease.attempt_id, _fence(lease), worker)
+        return self._run(command, lease)
+
+    def renew(self, lease: OfferLease, duration_ms: int) -> LeaseAck:
+        worker = self._worker(lease)
+        command = RenewLease(lease.run_id, lease.attempt_id, _fence(lease), worker, duration_ms)
+        return self._run(command, lease)
+
+    def acknowledge_running(
+        self, lease: OfferLease, executor_handle: str, started_at_ms: int
+    ) -> LeaseAck:
+        worker = self._worker(lease)
+        command = AcknowledgeRunning(
+            lease.run_id, lease.attempt_id, _fence(lease), worker, executor_handle, started_at_ms
+        )
+        return self._run(command, lease)
+
+    def fail_start(self, lease: OfferLease, failure_code: str) -> LeaseAck:
+        worker = self._worker(lease)
+        command = FailStart(lease.run_id, lease.attempt_id, _fence(lease), worker, failure_code)
+        return self._run(command, lease)
+
+    def complete(self, submission: CompletionSubmission) -> LeaseAck:
+        s = submission
+        fence = Fence(
+            worker_id=s.worker_id,
+            worker_session_id=s.worker_session_id,
+            worker_generation=s.worker_generation,
+            lease_generation=s.lease_generation,
+            lease_token=s.lease_token,
+            expected_version=s.expected_version,
+        )
+        worker = self._session(s.worker_id)
+        command = CompleteWithLease(
+            s.run_id, s.attempt_id, fence, worker, s.callback_sequence, s.outcome, s.exit_code
+        )
+        return self._ack(self._execute(command), s.attempt_id, s.lease_generation)
+
+    # -- internals --------------------------------------------------------------------------
+    def _worker(self, lease: OfferLease) -> WorkerSession:
+        return self._session(lease.worker_id)
+
+    def _session(self, worker_id: str) -> WorkerSession:
+        worker = self._sessions(worker_id)
+        if worker is None:
+            raise ControlPlaneUnavailable("worker_unknown")
+        return worker
+
+    def _execute(
+        self,
+        command: AcknowledgeStarting
+        | RenewLease
+        | AcknowledgeRunning
+        | FailStart
+        | CompleteWithLease,
+    ) -> Outcome:
+        try:
+            return execute(self._storage, command, self._clock())
+        except Exception:  # storage or lock failure: nothing is known about the outcome
+            raise ControlPlaneUnavailable("storage") from None
+
+    def _run(
+        self,
+        command: AcknowledgeStarting | RenewLease | AcknowledgeRunning | FailStart,
+        lease: OfferLease,
+    ) -> LeaseAck:
+        return self._ack(self._execute(command), lease.attempt_id, lease.lease_generation)
+
+    def _ack(self, outcome: Outcome, attempt_id: str, lease_generation: int) -> LeaseAck:
+        row = None
+        try:
+            with self._storage.transaction() as tx:
+                aggregate = tx.load_run_of_attempt(attempt_id)
+                if aggregate is not None:
+                    row = aggregate.lease(attempt_id, lease_generation)
+        except Exception:  # the answer stands; only the version is unknown
+            row = None
+        if row is None or row.status is not LeaseStatus.LEASED:
+            return LeaseAck(outcome.code)
+        return LeaseAck(outcome.code, row.version, row.expires_at_ms)
+
+
+def offer_for(
+    aggregate: RunAggregate,
+    attempt_id: str,
+    lease_token: Secret,
+    execution_spec: Mapping[str, object],
+    delivery_kind: DeliveryKind = DeliveryKind.NEW_CLAIM,
+) -> Offer:
+    """The offer for the Attempt's `leased` lease (§3.2), as the dispatcher sends it.
+
+    :raises ValueError: the Attempt has no `leased` lease (nothing to offer).
+    """
+    attempt = aggregate.attempt(attempt_id)
+    row = aggregate.leased_lease(attempt_id)
+    if attempt is None or row is None:
+        raise ValueError("offer_for: the Attempt has no leased lease")
+    run = aggregate.run
+    lease = OfferLease(
+        run_id=run.run_id,
+        attempt_id=attempt_id,
+        lease_generation=row.lease_generation,
+        version=row.version,
+        status=LeaseStatus.LEASED,
+        worker_id=row.worker_id,
+        worker_session_id=row.worker_session_id,
+        worker_generation=row.worker_generation,
+        lease_token=lease_token,
+        expires_at_ms=row.expires_at_ms,
+    )
+    return Offer(
+        offer_id=offer_id(
+            attempt_id,
+            row.lease_generation,
+            row.worker_id,
+            row.worker_session_id,
+            row.worker_generation,
+        ),
+        execution_spec_digest=execution_spec_digest(execution_spec),
+        delivery_kind=delivery_kind,
+        candidate=OfferCandidate(
+            run_id=run.run_id,
+            attempt_id=attempt_id,
+            project_id=run.project_id,
+            task_id=run.task_id,
+            task_revision=run.task_revision,
+            executor_type=attempt.executor_type,
+        ),
+        worker=OfferWorker(row.worker_id, row.worker_session_id, row.worker_generation),
+        lease=lease,
+        execution_spec=execution_spec,
+    )

@@ -1,0 +1,134 @@
+"""The lease-loss coordinator wired to the journal and the controller (SPEC §3.15; INBOX-40,
+INBOX-41).
+
+`LeaseLossCoordinator.on_lost(snapshot, reason)` is what the Worker lease lifecycle's
+synchronous notification calls (`runners.worker.lease_lifecycle`). Per notification, in the
+kernel's order (`kernel.journal_lease_loss`): recompute the offer id from the snapshot's
+authority and read the record; the full authority must match; a completed or already
+lease-lost record is left alone; only a state that may own local execution proceeds; with no
+durable handle write `lease_lost_local_execution_unverified`; otherwise ask the controller to
+stop the durable handle (it re-verifies the identity itself) and write `_stopped` or
+`_unverified` from its answer, nothing when it raised. Writes use the revision CAS; after a
+conflict a record that is now completed or lease-lost finishes quietly.
+
+It holds no control-plane client, Run repository or Run command service: an old Worker whose
+fence failed cannot mark anything `lost`. Concurrent notifications for one offer coalesce.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from kernel.identity import offer_id as derive_offer_id
+from kernel.journal_lease_loss import (
+    Finish,
+    LeaseLossResult,
+    StopHandle,
+    after_stop,
+    decide_lease_loss,
+    quiet_after_conflict,
+    result_of,
+)
+from kernel.journal_record import JournalRecord, OfferLease
+from kernel.specs.codes import Code
+from kernel.specs.states import StopResult
+from kernel.transitions.offer_journal import LeaseLost
+from runners.journal_port import JournalError, JournalStore
+from runners.worker.lease_lifecycle import LeaseLossReason
+from runners.worker.ports import Controller
+from runners.worker.recovery import write_step
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseLossOutcome:
+    """One notification's result (S-1). `error` is a code when the stop must be retried
+    explicitly (the controller raised) or the write failed for another reason."""
+
+    offer_id: str
+    result: LeaseLossResult | None
+    reason: LeaseLossReason
+    error: Code | None = None
+
+
+class LeaseLossCoordinator:
+    def __init__(
+        self, journal: JournalStore, controller: Controller, clock: Callable[[], int]
+    ) -> None:
+        self._journal = journal
+        self._controller = controller
+        self._clock = clock
+        self._inflight: dict[str, Future[LeaseLossOutcome]] = {}
+        self._lock = threading.Lock()
+        self.outcomes: list[LeaseLossOutcome] = []
+
+    def __repr__(self) -> str:
+        return "LeaseLossCoordinator()"
+
+    def on_lost(self, snapshot: OfferLease, reason: LeaseLossReason) -> LeaseLossOutcome:
+        key = derive_offer_id(
+            snapshot.attempt_id,
+            snapshot.lease_generation,
+            snapshot.worker_id,
+            snapshot.worker_session_id,
+            snapshot.worker_generation,
+        )
+        with self._lock:
+            running = self._inflight.get(key)
+            if running is None:
+                future: Future[LeaseLossOutcome] = Future()
+                self._inflight[key] = future
+        if running is not None:
+            return running.result()
+        try:
+            outcome = self._handle(key, snapshot, reason)
+        except BaseException as exc:
+            future.set_exception(exc)
+            raise
+        else:
+            future.set_result(outcome)
+            with self._lock:
+                self.outcomes.append(outcome)
+            return outcome
+        finally:
+            with self._lock:
+                self._inflight.pop(key, None)
+
+    def _handle(self, key: str, snapshot: OfferLease, reason: LeaseLossReason) -> LeaseLossOutcome:
+        try:
+            record = self._journal.read(key)
+        except JournalError as exc:
+            return LeaseLossOutcome(key, None, reason, exc.code)
+        decision = decide_lease_loss(record, snapshot)
+        if isinstance(decision, Finish):
+            return LeaseLossOutcome(key, decision.result, reason)
+        assert record is not None
+        if isinstance(decision, StopHandle):
+            try:
+                answer: StopResult | str | None = self._controller.stop(decision.executor_handle)
+            except Exception:  # write nothing: the stop can be retried explicitly
+                answer = None
+            event = after_stop(answer)
+            if event is None:
+                return LeaseLossOutcome(key, None, reason, Code.PROBE_FAILED)
+        else:
+            event = decision.event
+        return self._write(key, record, event, reason)
+
+    def _write(
+        self, key: str, record: JournalRecord, event: LeaseLost, reason: LeaseLossReason
+    ) -> LeaseLossOutcome:
+        written = write_step(self._journal, record, event, self._clock())
+        if written is not None:
+            return LeaseLossOutcome(key, result_of(event), reason)
+        try:
+            now = self._journal.read(key)
+        except JournalError as exc:
+            return LeaseLossOutcome(key, None, reason, exc.code)
+        if quiet_after_conflict(now):  # someone else settled it: finish quietly
+            settled = decide_lease_loss(now, record.offer.lease)
+            if isinstance(settled, Finish):
+                return LeaseLossOutcome(key, settled.result, reason)
+        return LeaseLossOutcome(key, None, reason, Code.JOURNAL_REVISION_CONFLICT)
