@@ -51,6 +51,7 @@ from kernel.journal_reconciler import (
     ReceiptFacts,
     RunningObserved,
     Submission,
+    UnknownInboxReason,
     UnknownObserved,
     WaitGrace,
     after_grace,
@@ -193,6 +194,7 @@ class CoordinatorResult:
     state: JournalState | None = None
     callback_sequence: int | None = None
     exit_code: int | None = None
+    unknown: UnknownInboxReason | None = None  # the evidence's reason when it was `unknown`
 
     @property
     def settled(self) -> bool:
@@ -264,10 +266,8 @@ class Coordinator:
             return CoordinatorResult(key, CoordinatorOutcome.RACED)
         if isinstance(rec.evidence, RunningObserved) and now.state is not JournalState.STARTED:
             return CoordinatorResult(key, CoordinatorOutcome.STILL_RUNNING, None, now.state)
-        reason: Code | None = (
-            Code(rec.evidence.reason.value) if isinstance(rec.evidence, UnknownObserved) else None
-        )
-        return CoordinatorResult(key, CoordinatorOutcome.BLOCKED, reason, now.state)
+        unknown = rec.evidence.reason if isinstance(rec.evidence, UnknownObserved) else None
+        return CoordinatorResult(key, CoordinatorOutcome.BLOCKED, None, now.state, unknown=unknown)
 
     def _complete(
         self, seen: JournalRecord, now: JournalRecord | None, rec: Reconciliation
