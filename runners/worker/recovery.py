@@ -357,12 +357,20 @@ def write_step(
 
 
 # -- the startup supervisor ------------------------------------------------------------------------
+#: Item outcomes after which the record needs no further startup action.
+SETTLED_OUTCOMES = frozenset({"cleaned", "completed", "nothing_to_do"})
+
+
 @dataclass(frozen=True, slots=True)
 class SupervisorItem:
     offer_id: str
     action: RecoveryAction
     outcome: str
     code: Code | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.outcome in SETTLED_OUTCOMES
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,8 +438,7 @@ class StartupSupervisor:
                 )
             except Exception:  # one failing item never stops the batch; no exception text
                 items.append(SupervisorItem(offer_id, planned.action, "failed", Code.BLOCKED))
-        done = [item.outcome in ("cleaned", "completed", "nothing_to_do") for item in items]
-        return SupervisorResult(overall(done), tuple(items))
+        return SupervisorResult(overall([item.settled for item in items]), tuple(items))
 
     def reconcile_one(self, offer_id: str, observed_at_ms: int) -> CoordinatorResult:
         """Reconciler then Coordinator for one record. A record found in `launching` (no
