@@ -36,6 +36,22 @@ def test_example_script_drives_a_run_to_success() -> None:
     assert "replayed (already_terminal)" in done.stdout
 
 
+def test_worker_example_runs_a_real_child_once_to_success() -> None:
+    """`examples/worker_first_run.py` (README "The Worker"): a real child, one spawn, the
+    Run `succeeded`, no receipt left."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "worker_first_run.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert "delivery: running_acknowledged" in done.stdout
+    assert "completion: ['completed']" in done.stdout
+    assert "run: succeeded" in done.stdout
+    assert "spawns: 1 receipt left: None" in done.stdout
+
+
 def test_package_docstring_example_runs() -> None:
     """The example in `kernel/__init__.py`'s docstring is a doctest that passes."""
     failed, attempted = doctest.testmod(kernel, verbose=False)

@@ -1,0 +1,230 @@
+"""One Worker runtime, assembled (SPEC §3; issue 6 item 5): what a deployment embeds.
+
+    runtime = WorkerRuntime(journal, client, executor, receipts, session=..., clock=...)
+    status = runtime.start()         # acquire, audit, startup recovery, re-audit, hold (§3.10)
+    result = runtime.deliver(offer)  # the receiver pipeline (§3.5), only while holding
+    runtime.tick()                   # the lease lifecycle's timer body (§3.15)
+    runtime.poll_completions()       # one page: receipts -> completions (§3.11, §3.12)
+    runtime.retention(cursor)        # one page of terminal retention (§3.14)
+    runtime.stop()
+
+The parts are the modules of `runners.worker`; this class only wires them to one journal, one
+control-plane client, one executor and one receipt store, with the supervisor as the inbox
+lifecycle's injected startup recovery and the receipt cleanup of `runners.worker.retention`
+as its `settled_completion` action. It starts no thread unless `start_timer()` is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kernel.entities import WorkerSession
+from kernel.journal_audit import AuditResult
+from kernel.journal_record import Offer, OfferLease
+from kernel.specs.budgets import Paging, budget_for
+from kernel.specs.codes import Code
+from kernel.specs.inbox_lifecycle import InboxState
+from kernel.specs.journal import JournalState
+from kernel.specs.limits import LEASE_DURATION_DEFAULT_MS
+from kernel.specs.states import Profile
+from runners.edge.file_journal import FileJournal
+from runners.edge.receipts import CompletionReceiptStore, ReceiptAuthenticator
+from runners.edge.sqlite_journal import SqliteJournal
+from runners.journal_port import JournalError
+from runners.worker.inbox_lifecycle import (
+    InboxStatus,
+    RecoveryReport,
+    WorkerExecutionOfferInboxLifecycle,
+)
+from runners.worker.lease_lifecycle import LeaseLossReason, TickResult, WorkerLeaseLifecycle
+from runners.worker.lease_loss import LeaseLossCoordinator
+from runners.worker.ports import (
+    Clock,
+    Controller,
+    ControlPlaneClient,
+    ExecutionContextFactory,
+    Executor,
+    Inspector,
+)
+from runners.worker.posix import (
+    PosixController,
+    PosixInspector,
+    ReceiptEvidence,
+    TokenContextFactory,
+)
+from runners.worker.receiver import DeliveryResult, Receiver, ResultKind
+from runners.worker.recovery import (
+    DEFAULT_GRACE_MS,
+    Coordinator,
+    CoordinatorResult,
+    Reconciler,
+    StartupSupervisor,
+)
+from runners.worker.retention import RetentionResult, TerminalRetention, cleanup_settled_receipt
+
+#: States whose local execution may still produce a receipt to complete.
+_OPEN = frozenset(
+    {
+        JournalState.LAUNCHING,
+        JournalState.STARTED,
+        JournalState.RUNNING_ACKNOWLEDGED,
+        JournalState.RECOVERY_REQUIRED,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionPoll:
+    """One `poll_completions` page: what was done per record, and the next cursor."""
+
+    results: tuple[CoordinatorResult, ...]
+    cursor: str | None
+    has_more: bool
+
+
+class WorkerRuntime:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        journal: FileJournal | SqliteJournal,
+        client: ControlPlaneClient,
+        executor: Executor,
+        receipts: CompletionReceiptStore,
+        *,
+        session: Callable[[], WorkerSession],
+        clock: Clock,
+        audit_budget: Paging | None = None,
+        factory: ExecutionContextFactory | None = None,
+        inspector: Inspector | None = None,
+        controller: Controller | None = None,
+        lease_duration_ms: int = LEASE_DURATION_DEFAULT_MS,
+        recovery_budget: int = 64,
+        grace_ms: int = DEFAULT_GRACE_MS,
+        retention_ms: int | None = None,
+    ) -> None:
+        self.journal = journal
+        self.clock = clock
+        self._session = session
+        self._receipts = receipts
+        self._evidence = ReceiptEvidence(receipts, ReceiptAuthenticator())
+        self.lease_loss = LeaseLossCoordinator(
+            journal, controller if controller is not None else PosixController(), clock
+        )
+        self.lifecycle = WorkerLeaseLifecycle(
+            client, duration_ms=lease_duration_ms, on_lost=self._on_lost, clock=clock
+        )
+        self.receiver = Receiver(
+            journal,
+            runtime=session,
+            client=client,
+            lifecycle=self.lifecycle,
+            factory=factory if factory is not None else TokenContextFactory(),
+            executor=executor,
+            clock=clock,
+            capacity=journal.capacity,
+        )
+        self.reconciler = Reconciler(
+            self._evidence,
+            inspector if inspector is not None else PosixInspector(),
+            grace_ms=grace_ms,
+        )
+        self.coordinator = Coordinator(journal, client, self._evidence, clock)
+        self.supervisor = StartupSupervisor(
+            journal,
+            self.reconciler,
+            self.coordinator,
+            self._clean_receipt,
+            runtime=session,
+            clock=clock,
+            budget=recovery_budget,
+        )
+        budget = audit_budget if audit_budget is not None else _default_audit_budget(journal)
+        self.inbox = WorkerExecutionOfferInboxLifecycle(
+            journal, budget, recovery=self._startup_recovery
+        )
+        self._retention = (
+            None if retention_ms is None else TerminalRetention(journal, receipts, retention_ms)
+        )
+
+    def __repr__(self) -> str:
+        return f"WorkerRuntime(state={self.inbox.state})"
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> InboxStatus:
+        """§3.10: acquire, audit, startup recovery (the supervisor), re-audit, hold."""
+        return self.inbox.start()
+
+    def stop(self) -> InboxStatus:
+        self.lifecycle.stop()
+        return self.inbox.stop()
+
+    def start_timer(self) -> None:
+        """The lease lifecycle's one timer (a daemon thread)."""
+        self.lifecycle.start()
+
+    # -- work ------------------------------------------------------------------------------------
+    def deliver(self, offer: object) -> DeliveryResult:
+        """§3.5, only while the inbox holds the journal (the transport starts after startup)."""
+        if not isinstance(offer, Offer):
+            return DeliveryResult("", ResultKind.REJECTED, Code.OFFER_INVALID)
+        if self.inbox.state is not InboxState.HOLDING:
+            return DeliveryResult(offer.offer_id, ResultKind.REJECTED, Code.JOURNAL_NOT_OWNED)
+        return self.receiver.deliver(offer)
+
+    def tick(self, now_ms: int | None = None) -> TickResult:
+        return self.lifecycle.tick(self.clock() if now_ms is None else now_ms)
+
+    def poll_completions(self, cursor: str | None = None, limit: int = 16) -> CompletionPoll:
+        """One page of records that may own local execution: reconcile each and let the
+        Coordinator complete the ones whose receipt is there (§3.11, §3.12)."""
+        try:
+            page = self.journal.list(cursor, limit)
+        except JournalError as exc:
+            raise RuntimeError(f"journal unavailable: {exc.code}") from None
+        results: list[CoordinatorResult] = []
+        now = self.clock()
+        for record in page.records:
+            if record.state in _OPEN and not self.receiver.in_flight(record.offer_id):
+                results.append(self.supervisor.reconcile_one(record.offer_id, now))
+        return CompletionPoll(tuple(results), page.cursor, page.has_more)
+
+    def retention(self, cursor: str | None = None) -> RetentionResult:
+        if self._retention is None:
+            raise ValueError("retention is not configured (retention_ms has no default, §3.14)")
+        return self._retention.run(cursor, self.clock())
+
+    # -- wiring ------------------------------------------------------------------------------------
+    def _on_lost(self, snapshot: OfferLease, reason: LeaseLossReason) -> None:
+        self.lease_loss.on_lost(snapshot, reason)
+
+    def _clean_receipt(self, offer_id: str) -> tuple[bool, Code | None]:
+        result = cleanup_settled_receipt(self.journal, self._receipts, offer_id)
+        code = result.code if isinstance(result.code, Code) else None
+        return result.settled, code
+
+    def _startup_recovery(self, audit: AuditResult) -> RecoveryReport:
+        outcome = self.supervisor.run(audit)
+        failed = sum(
+            1
+            for item in outcome.items
+            if item.outcome not in ("cleaned", "completed", "nothing_to_do")
+        )
+        return RecoveryReport(
+            refused=outcome.refused,
+            status=outcome.status,
+            actions=len(outcome.items),
+            failed_items=failed,
+        )
+
+
+def _default_audit_budget(journal: FileJournal | SqliteJournal) -> Paging:
+    """U-2: the edge default 16 x 4 (the `edge` budget row) when it covers the journal's
+    capacity, else the other profiles' 64 x 16 (a budget smaller than the capacity is
+    rejected by the auditor, so a larger journal needs the larger one)."""
+    edge = budget_for(Profile.EDGE).startup_auditor
+    assert edge is not None
+    if edge.max_items >= journal.capacity:
+        return edge
+    return Paging(page_size=64, pages=16)
