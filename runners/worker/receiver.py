@@ -82,6 +82,8 @@ ACK_TRIES = 3
 
 _ACCEPTED_ACK = frozenset({Code.APPLIED, Code.ALREADY_APPLIED})
 _FINAL = frozenset({S.START_FAILURE_ACKNOWLEDGED, S.COMPLETION_ACKNOWLEDGED})
+#: States with a durable handle of a local execution this Worker started (§3.3).
+_OWNS_EXECUTION = frozenset({S.STARTED, S.RUNNING_ACKNOWLEDGED})
 
 
 class ResultKind(enum.StrEnum):
@@ -228,6 +230,10 @@ class Receiver:
             # here: `deliver` waits for the one in flight), so the outcome is unknown.
             record = self._write(record, LaunchOutcomeUnknown())
             return self._result(record, ResultKind.APPLIED, Code.LAUNCH_OUTCOME_UNKNOWN)
+        if state in _OWNS_EXECUTION:
+            # A known local execution (after a restart, a redelivery is how the lease comes
+            # back): keep renewing it. Its tracking started at `starting_acknowledged` once.
+            self._lifecycle.track(record.offer_id, record.offer.lease, self._now(record))
         if state is S.STARTED:
             return self._running_ack(record)
         if state is S.START_FAILED:

@@ -458,3 +458,20 @@ def test_lease_lifecycle_reports_a_lost_lease_to_the_lease_loss_coordinator(
     assert record is not None
     assert record.recovery_reason is RecoveryReason.LEASE_LOST_LOCAL_EXECUTION_STOPPED
     assert worker.controller.calls  # type: ignore[attr-defined]
+
+
+def test_a_restarted_worker_tracks_the_lease_again_on_redelivery(
+    journal: JournalStore, control: ControlPlane
+) -> None:
+    """§3.15 / WR-9: after a restart the lease lifecycle is empty; the control plane's
+    `lease_recovery` delivery of a running offer hands the lease back to it, so renewals go
+    on (without that the lease would expire under a running process)."""
+    offer = control.admit_and_grant(run_id())
+    Worker(journal, control, ScriptedExecutor()).receiver.deliver(offer)
+    restarted = Worker(journal, control, ScriptedExecutor())
+    assert restarted.lifecycle.tracked() == ()
+    recovery = control.offer(offer.lease.attempt_id, DeliveryKind.LEASE_RECOVERY)
+    assert restarted.receiver.deliver(recovery).state is S.RUNNING_ACKNOWLEDGED
+    assert restarted.lifecycle.tracked() == (offer.offer_id,)
+    control.clock.advance(11_000)
+    assert restarted.lifecycle.tick(control.clock()).renewed == 1
