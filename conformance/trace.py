@@ -235,7 +235,12 @@ def loads(text: str) -> Trace:
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise TraceFormatError(1, "header", "empty trace")
-    header = _header(_json(lines[0], 1), 1)
+    first = _json(lines[0], 1)
+    if first.get("component") == "journal":
+        raise TraceFormatError(
+            1, "component", "a journal trace: conformance.journal_trace reads it"
+        )
+    header = _header(first, 1)
     steps = tuple(_step(_json(line, i), i) for i, line in enumerate(lines[1:], start=2))
     for index, step in enumerate(steps, start=1):
         if step.step != index:
