@@ -5,12 +5,18 @@
     qlk conform --runner mypkg.adapter:make_adapter --traces DIR --junit report.xml --jobs 2
     qlk traces show conformance/traces/run/RETRY-07-retry-wait-not-before-due.jsonl
     qlk traces generate [--check]        # regenerate the corpus (source checkout only)
+    qlk conform --component journal [--journal-adapter file|sqlite|all]
+    qlk traces generate --component journal [--check]
 
 After the replay, `qlk conform` runs the guard mode (every runner whose adapter exposes its
 storage port: a stale variant of every guard of every write path must be refused) and, for the
 edge runner, the kill mode (SIGKILL at every statement boundary of every write path); for the
 cluster runner, the kill mode and the terminate mode (`pg_terminate_backend` of the runner's
 backend at every statement boundary, `runners.cluster.kill`).
+
+`--component journal` replays the journal corpus (`conformance/traces/journal/`, SPEC §7
+component `journal`) against the file and/or SQLite journal adapter on real temporary roots
+(`conformance.journal_replay`); guard and kill modes are run-component modes.
 
 Exit status: 0 when every applicable trace passed and no stale write or kill broke the state, 1
 on any divergence, 2 on bad usage (with a one-line error that says what to fix).
@@ -26,9 +32,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from conformance.corpus import RUN_CORPUS, read_trace, trace_paths
+from conformance.corpus import RUN_CORPUS, read_text, read_trace, trace_paths
 from conformance.factories import AdapterFactory, FactoryError, resolve
 from conformance.guards import GUARDS, probe_every_write
+from conformance.journal_corpus import main as journal_corpus_main
+from conformance.journal_replay import ADAPTERS as JOURNAL_ADAPTERS
+from conformance.journal_replay import (
+    fault_counts,
+    journal_trace_paths,
+    resolve_binding,
+    run_journal_corpus,
+)
+from conformance.journal_trace import JOURNAL_CORPUS, is_journal_text, show_lines
+from conformance.journal_trace import loads as load_journal
 from conformance.projection import changes
 from conformance.replay import step_label
 from conformance.report import ProgressBar, render_divergences, run_corpus, write_junit
@@ -50,6 +66,20 @@ def _parser() -> argparse.ArgumentParser:
 
     conform = commands.add_parser(
         "conform", help="replay a trace corpus against a runner and report divergences"
+    )
+    conform.add_argument(
+        "--component",
+        choices=("run", "journal"),
+        default="run",
+        help="run (default: the Run-domain corpus against --runner) or journal (the journal "
+        "corpus against --journal-adapter)",
+    )
+    conform.add_argument(
+        "--journal-adapter",
+        default="all",
+        metavar="ADAPTER",
+        help="with --component journal: file, sqlite, all (default: both), reference, or "
+        "package.module:factory (a journal binding)",
     )
     conform.add_argument(
         "--runner",
@@ -93,6 +123,13 @@ def _parser() -> argparse.ArgumentParser:
         "generate", help="regenerate the bundled corpus (python -m model_tests.corpus)"
     )
     generate.add_argument("--check", action="store_true", help="compare only; exit 1 on drift")
+    generate.add_argument(
+        "--component",
+        choices=("run", "journal"),
+        default="run",
+        help="run (default: python -m model_tests.corpus) or journal "
+        "(python -m conformance.journal_corpus)",
+    )
     return parser
 
 
@@ -106,6 +143,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         if args.command == "traces" and args.traces_command == "show":
             return _show(args.file, stream, full=args.projection)
         if args.command == "traces" and args.traces_command == "generate":
+            if args.component == "journal":
+                return _generate_journal(args.check)
             return _generate(args.check)
         parser.print_help(stream)
         return EXIT_USAGE
@@ -124,6 +163,8 @@ def _fail(message: str) -> NoReturn:
 def _conform(args: argparse.Namespace, stream: TextIO) -> int:
     if args.jobs < 1:
         raise UsageError("--jobs must be 1 or more")
+    if args.component == "journal":
+        return _conform_journal(args, stream)
     root: Path = args.traces if args.traces is not None else RUN_CORPUS
     if not root.is_dir():
         raise UsageError(f"--traces {root}: not a directory")
@@ -177,6 +218,59 @@ def _conform_on(
         status = max(status, _kill_mode(root, stream))
     if args.runner == "cluster" and not args.no_kill and dsn is not None:
         status = max(status, _cluster_kill_mode(root, dsn, stream))
+    return status
+
+
+def _conform_journal(args: argparse.Namespace, stream: TextIO) -> int:
+    """The journal corpus against one or both journal adapters (SPEC §7, component journal)."""
+    if args.runner != "edge" or args.dsn is not None:
+        raise UsageError("--runner and --dsn are for --component run; use --journal-adapter")
+    if args.jobs != 1:
+        raise UsageError("--jobs is for --component run; journal traces replay in one process")
+    root: Path = args.traces if args.traces is not None else JOURNAL_CORPUS
+    if not root.is_dir():
+        raise UsageError(f"--traces {root}: not a directory")
+    paths = journal_trace_paths(root)
+    if not paths:
+        raise UsageError(f"--traces {root}: no *.jsonl or *.jsonl.gz trace files")
+    adapter: str = args.journal_adapter
+    adapters = JOURNAL_ADAPTERS if adapter == "all" else (adapter,)
+    for name in adapters:
+        if name != "reference":
+            try:
+                resolve_binding(name)
+            except (ValueError, ImportError, AttributeError) as exc:
+                raise UsageError(f"--journal-adapter {name!r}: {exc}") from None
+    status = 0
+    for name in adapters:
+        label = f"journal/{name}"
+        print(f"qlk conform: {len(paths)} journal traces from {root} against {name}", file=stream)
+        try:
+            summary = run_journal_corpus(
+                paths, name, root=root, progress=None if args.quiet else ProgressBar()
+            )
+        except TraceFormatError as exc:
+            raise UsageError(f"malformed trace: {exc}") from None
+        print(summary.table(label), file=stream)
+        faults = fault_counts(summary)
+        kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(faults.items()))
+        print(f"faults injected by kind: {kinds or 'none'}", file=stream)
+        not_applicable = [o for o in summary.outcomes if o.result.status == "not_applicable"]
+        if not_applicable:
+            needed = sorted({c for o in not_applicable for c in o.result.missing_capabilities})
+            print(
+                f"{len(not_applicable)} traces not applicable (adapter lacks: {', '.join(needed)})",
+                file=stream,
+            )
+        if args.junit is not None:
+            target = args.junit
+            if len(adapters) > 1:
+                target = target.with_name(f"{target.stem}-{name}{target.suffix}")
+            write_junit(summary, label.replace("/", "-"), target)
+            print(f"JUnit report: {target}", file=stream)
+        if summary.diverged:
+            print(render_divergences(summary.diverged), file=stream)
+            status = EXIT_DIVERGED
     return status
 
 
@@ -250,6 +344,14 @@ def _print_failures(lines: list[str], stream: TextIO) -> None:
 def _show(path: Path, stream: TextIO, *, full: bool) -> int:
     if not path.is_file():
         raise UsageError(f"{path}: no such trace file")
+    if is_journal_text(read_text(path)):
+        try:
+            lines = show_lines(load_journal(read_text(path)), full=full)
+        except TraceFormatError as exc:
+            raise UsageError(f"{path}: {exc}") from None
+        for line in lines:
+            print(line, file=stream)
+        return 0
     try:
         trace = read_trace(path)
     except TraceFormatError as exc:
@@ -307,6 +409,10 @@ def _generate(check: bool) -> int:
         ) from None
     result: int = corpus.main(["--check"] if check else [])
     return result
+
+
+def _generate_journal(check: bool) -> int:
+    return journal_corpus_main(["--check"] if check else ["--write"])
 
 
 if __name__ == "__main__":
