@@ -650,8 +650,8 @@ def inbox_18_too_large() -> JournalTrace:
     r = JournalRecorder(
         "INBOX-18-record-over-192-kib-refused-before-any-write",
         "INBOX-18: a record of 196,609 bytes or more is JOURNAL_RECORD_TOO_LARGE before any "
-        "write (no file, no transaction); exactly 196,608 bytes is stored; an oversized "
-        "replace leaves the stored revision",
+        "write (no temporary file, no write statement); exactly 196,608 bytes is stored; an "
+        "oversized replace leaves the stored revision",
     )
     r.acquire()
     over = sized(1, RECORD_MAX + 1)

@@ -174,7 +174,7 @@ def test_random_walks_round_trip_exactly(data: st.DataObject) -> None:
 
 
 @pytest.mark.spec("INBOX-15", "INBOX-43")
-@settings(max_examples=8)
+@settings(max_examples=12)
 @given(st.data())
 def test_random_walks_replay_identically_on_both_adapters(data: st.DataObject) -> None:
     """Hypothesis-driven walks (writes, stale writes, crashes at every point followed by a
