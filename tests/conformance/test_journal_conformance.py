@@ -566,6 +566,25 @@ def test_a_crash_that_leaves_an_unsynced_publish_diverges_at_the_crash(
     )
 
 
+class SingleProcess(MutantBinding):
+    """An adapter binding that cannot start a second process on its root."""
+
+    def __init__(self) -> None:
+        super().__init__(FileBinding())
+        self.capabilities = FileBinding.capabilities - {"second_process"}
+
+
+def test_a_trace_needing_a_missing_capability_is_not_applicable_never_passed() -> None:
+    """SPEC §7: a capability flag, not a skip: the trace is reported not applicable with what is
+    missing, and no step is replayed."""
+    trace = _trace("INBOX-21-of-two-competing-owners-exactly-one-acquires")
+    assert "second_process" in trace.header.capabilities
+    result = replay(trace, world_factory(SingleProcess()))
+    assert result.status == "not_applicable"
+    assert result.missing_capabilities == ("second_process",)
+    assert result.steps == 0
+
+
 # -- the CLI ---------------------------------------------------------------------------------
 SOME = (
     "INBOX-02-stale-expected-revision-changes-nothing.jsonl",
