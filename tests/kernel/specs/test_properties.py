@@ -144,13 +144,15 @@ def test_issue_assignment_rules() -> None:
 
 
 def test_required_ids() -> None:
-    assert CURRENT_ISSUE == 5  # the cluster runner on PostgreSQL
+    assert CURRENT_ISSUE == 6  # the Worker offer inbox
     current = required_ids(CURRENT_ISSUE)
     assert {"S-1", "CAD-11", "CAD-12", "RUN-02", "LEASE-02", "RETRY-19"} <= current
     assert {"RUN-06", "RETRY-10", "CAD-16", "REC-09"} <= current
     assert {"REC-01", "REC-02", "REC-06", "REC-13", "RETRY-20", "CAD-06", "CAD-07"} <= current
     assert "CAD-18" in current
-    assert not {"RETRY-21", "CAD-15", "CAD-01", "INBOX-44", "WF-19"} & current
+    assert {f"INBOX-{n:02d}" for n in range(1, 45)} <= current
+    assert {"CAD-15", "INBOX-43", "INBOX-44"} <= current
+    assert not {"RETRY-21", "CAD-01", "WF-19"} & current
     assert required_ids(1) == frozenset()
     assert required_ids(8) == frozenset(PROPERTIES)
     for issue in range(1, 9):
