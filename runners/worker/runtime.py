@@ -153,8 +153,34 @@ class WorkerRuntime:
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> InboxStatus:
-        """§3.10: acquire, audit, startup recovery (the supervisor), re-audit, hold."""
-        return self.inbox.start()
+        """§3.10: acquire, audit, startup recovery (the supervisor), re-audit, hold; then the
+        restart row of §3.7 for `start_failed` (`replay_start_failures`)."""
+        status = self.inbox.start()
+        if status.state is InboxState.HOLDING:
+            self.replay_start_failures()
+        return status
+
+    def replay_start_failures(self) -> tuple[DeliveryResult, ...]:
+        """§3.7 on restart: a `start_failed` record replays `fail_start` only, through the
+        receiver with its stored offer (the Executor is never called: `start_failed` has no
+        start edge, §3.6). Without it a Worker killed after the control plane accepted the
+        failure and before `start_failure_acknowledged` keeps the record non-final forever:
+        T5 released the lease, so no redelivery can come, and the startup supervisor has no
+        action for `no_local_execution` (found by the kill matrix)."""
+        results: list[DeliveryResult] = []
+        cursor: str | None = None
+        while True:
+            try:
+                page = self.journal.list(cursor, 64)
+            except JournalError:
+                break
+            for record in page.records:
+                if record.state is JournalState.START_FAILED:
+                    results.append(self.receiver.deliver(record.offer))
+            if not page.has_more:
+                break
+            cursor = page.cursor
+        return tuple(results)
 
     def stop(self) -> InboxStatus:
         self.lifecycle.stop()
