@@ -183,6 +183,38 @@ class Receiver:
         with self._lock:
             return offer_id in self._inflight
 
+    def replay_fail_start(self, offer_id: str) -> DeliveryResult | None:
+        """§3.7's `start_failed` row on a restart: replay `fail_start` only, with the record's
+        own fences, until `start_failure_acknowledged`. No delivery is validated (T5 released
+        the lease, so no redelivery will come, and the stored lease may have expired since):
+        the control plane's exact replay decides. The Executor is unreachable from here.
+        `None`: the record is not `start_failed`, or an operation on it is in flight."""
+        try:
+            record = self._journal.read(offer_id)
+        except JournalError as exc:
+            return DeliveryResult(offer_id, ResultKind.STOPPED, exc.code)
+        if record is None or record.state is not S.START_FAILED:
+            return None
+        with self._lock:
+            if offer_id in self._inflight:
+                return None
+            future: Future[DeliveryResult] = Future()
+            self._inflight[offer_id] = (record.offer, future)
+        try:
+            try:
+                result = self._fail_start(record)
+            except _Stop as stop:
+                result = self._stopped(offer_id, stop)
+        except BaseException as exc:
+            future.set_exception(exc)
+            raise
+        else:
+            future.set_result(result)
+            return result
+        finally:
+            with self._lock:
+                self._inflight.pop(offer_id, None)
+
     # -- the pipeline ---------------------------------------------------------------------------
     def _deliver(self, offer: Offer) -> DeliveryResult:
         key = offer.offer_id

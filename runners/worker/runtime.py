@@ -81,6 +81,7 @@ class CompletionPoll:
     results: tuple[CoordinatorResult, ...]
     cursor: str | None
     has_more: bool
+    fail_start_replays: tuple[DeliveryResult, ...] = ()
 
 
 class WorkerRuntime:
@@ -161,25 +162,21 @@ class WorkerRuntime:
         return status
 
     def replay_start_failures(self) -> tuple[DeliveryResult, ...]:
-        """§3.7 on restart: a `start_failed` record replays `fail_start` only, through the
-        receiver with its stored offer (the Executor is never called: `start_failed` has no
-        start edge, §3.6). Without it a Worker killed after the control plane accepted the
-        failure and before `start_failure_acknowledged` keeps the record non-final forever:
-        T5 released the lease, so no redelivery can come, and the startup supervisor has no
-        action for `no_local_execution` (found by the kill matrix)."""
+        """§3.7 on restart: every `start_failed` record of the startup audit replays
+        `fail_start` only (`Receiver.replay_fail_start`; `start_failed` has no start edge,
+        §3.6). Without it a Worker killed after the control plane accepted the failure and
+        before `start_failure_acknowledged` keeps the record non-final forever: T5 released
+        the lease, so no redelivery can come, and the startup supervisor has no action for
+        `no_local_execution` (found by the kill matrix). Bounded by the audit's budget."""
+        audit = self.inbox.status.audit
+        if audit is None:
+            return ()
         results: list[DeliveryResult] = []
-        cursor: str | None = None
-        while True:
-            try:
-                page = self.journal.list(cursor, 64)
-            except JournalError:
-                break
-            for record in page.records:
-                if record.state is JournalState.START_FAILED:
-                    results.append(self.receiver.deliver(record.offer))
-            if not page.has_more:
-                break
-            cursor = page.cursor
+        for entry in audit.entries:
+            if entry.state is JournalState.START_FAILED:
+                result = self.receiver.replay_fail_start(entry.offer_id)
+                if result is not None:
+                    results.append(result)
         return tuple(results)
 
     def stop(self) -> InboxStatus:
@@ -203,18 +200,26 @@ class WorkerRuntime:
         return self.lifecycle.tick(self.clock() if now_ms is None else now_ms)
 
     def poll_completions(self, cursor: str | None = None, limit: int = 16) -> CompletionPoll:
-        """One page of records that may own local execution: reconcile each and let the
-        Coordinator complete the ones whose receipt is there (§3.11, §3.12)."""
+        """One page of the journal: each record that may own local execution is reconciled
+        and the Coordinator completes the ones whose receipt is there (§3.11, §3.12); a
+        `start_failed` record replays `fail_start` (§3.7)."""
         try:
             page = self.journal.list(cursor, limit)
         except JournalError as exc:
             raise RuntimeError(f"journal unavailable: {exc.code}") from None
         results: list[CoordinatorResult] = []
         now = self.clock()
+        replays: list[DeliveryResult] = []
         for record in page.records:
-            if record.state in _OPEN and not self.receiver.in_flight(record.offer_id):
+            if self.receiver.in_flight(record.offer_id):
+                continue
+            if record.state in _OPEN:
                 results.append(self.supervisor.reconcile_one(record.offer_id, now))
-        return CompletionPoll(tuple(results), page.cursor, page.has_more)
+            elif record.state is JournalState.START_FAILED:
+                replayed = self.receiver.replay_fail_start(record.offer_id)
+                if replayed is not None:
+                    replays.append(replayed)
+        return CompletionPoll(tuple(results), page.cursor, page.has_more, tuple(replays))
 
     def retention(self, cursor: str | None = None) -> RetentionResult:
         if self._retention is None:

@@ -475,3 +475,32 @@ def test_a_restarted_worker_tracks_the_lease_again_on_redelivery(
     assert restarted.lifecycle.tracked() == (offer.offer_id,)
     control.clock.advance(11_000)
     assert restarted.lifecycle.tick(control.clock()).renewed == 1
+
+
+@pytest.mark.spec("INBOX-08")
+def test_a_restart_replays_fail_start_even_after_the_lease_expired(
+    journal: JournalStore, control: ControlPlane
+) -> None:
+    """INBOX-08 / §3.7: the control plane accepted `fail_start` and the response was lost;
+    long after the stored lease's expiry a restarted Worker replays `fail_start` from the
+    record alone (no delivery can come: T5 released the lease) and reaches
+    `start_failure_acknowledged`; the Executor is never called."""
+    offer = control.admit_and_grant(run_id())
+
+    def lost(lease: OfferLease, code: str) -> LeaseAck:
+        control.engine.fail_start(lease, code)
+        raise ControlPlaneUnavailable
+
+    control.client.overrides["fail_start"] = lost
+    worker = Worker(journal, control, ScriptedExecutor(answer="refuse"))
+    assert worker.receiver.deliver(offer).state is S.START_FAILED
+    del control.client.overrides["fail_start"]
+    control.clock.advance(120_000)
+    restarted = ScriptedExecutor()
+    again = Worker(journal, control, restarted)
+    assert again.receiver.deliver(offer).code is Code.RUN_LEASE_EXPIRED  # no delivery helps
+    result = again.receiver.replay_fail_start(offer.offer_id)
+    assert result is not None
+    assert result.state is S.START_FAILURE_ACKNOWLEDGED
+    assert again.receiver.replay_fail_start(offer.offer_id) is None  # final: nothing to do
+    assert restarted.calls == []
