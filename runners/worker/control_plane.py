@@ -31,7 +31,7 @@ from kernel.journal_record import Offer, OfferCandidate, OfferLease, OfferWorker
 from kernel.outcomes import Outcome
 from kernel.specs.journal import DeliveryKind
 from kernel.specs.states import LeaseStatus
-from runners.engine import Storage, execute
+from runners.engine import Storage, execute_observed
 from runners.worker.ports import Clock, ControlPlaneUnavailable, LeaseAck
 
 #: The control plane's current view of a Worker (K-4: a command input, never looked up by
@@ -128,7 +128,9 @@ class EngineControlPlane:
         | CompleteWithLease,
     ) -> Outcome:
         try:
-            return execute(self._storage, command, self._clock())
+            # The time is read inside the transaction, after the load (and its locks): the
+            # times of conflicting commands then follow their commit order (PG-4).
+            return execute_observed(self._storage, command, lambda _tx: self._clock())
         except Exception:  # storage or lock failure: nothing is known about the outcome
             raise ControlPlaneUnavailable("storage") from None
 

@@ -54,6 +54,7 @@ from kernel.transitions.offer_journal import (
     JournalApplied,
     JournalEvent,
     LaunchOutcomeUnknown,
+    LeaseVersionAdvanced,
     PrepareFailed,
     PrepareSucceeded,
     RunningAcknowledged,
@@ -359,11 +360,23 @@ class Receiver:
 
     def _fail_start(self, record: JournalRecord) -> DeliveryResult:
         code = record.start_failure_code or Code.START_FAILED.value
-        ack = self._with_version_retry(record, lambda lease: self._client.fail_start(lease, code))
+        current = record
+
+        def call(lease: OfferLease) -> LeaseAck:
+            # T5's exact replay needs the version it was sent with (version + 1 after it):
+            # a newer version from the lease lifecycle is merged into the record first, so a
+            # restart that replays from the record alone sends the identical command (WR-10).
+            nonlocal current
+            if lease.version > current.offer.lease.version:
+                merge = LeaseVersionAdvanced(lease, current.offer.delivery_kind)
+                current = self._write(current, merge)
+            return self._client.fail_start(current.offer.lease, code)
+
+        ack = self._with_version_retry(record, call)
         if ack.code in _ACCEPTED_ACK or ack.code is Code.ALREADY_TERMINAL:
-            record = self._write(record, FailStartAcknowledged())
-            return self._result(record, ResultKind.APPLIED, ack.code)
-        raise _Stop(ack.code, record)
+            current = self._write(current, FailStartAcknowledged())
+            return self._result(current, ResultKind.APPLIED, ack.code)
+        raise _Stop(ack.code, current)
 
     def _with_version_retry(
         self, record: JournalRecord, call: Callable[[OfferLease], LeaseAck]

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 
 from kernel.entities import WorkerSession
 from kernel.journal_audit import AuditResult
-from kernel.journal_record import Offer, OfferLease
+from kernel.journal_record import JournalRecord, Offer, OfferLease
 from kernel.specs.budgets import Paging, budget_for
 from kernel.specs.codes import Code
 from kernel.specs.inbox_lifecycle import InboxState
 from kernel.specs.journal import JournalState
 from kernel.specs.limits import LEASE_DURATION_DEFAULT_MS
 from kernel.specs.states import Profile
+from kernel.transitions.offer_journal import LeaseVersionAdvanced
 from runners.edge.file_journal import FileJournal
 from runners.edge.receipts import CompletionReceiptStore, ReceiptAuthenticator
 from runners.edge.sqlite_journal import SqliteJournal
@@ -57,11 +58,22 @@ from runners.worker.receiver import DeliveryResult, Receiver, ResultKind
 from runners.worker.recovery import (
     DEFAULT_GRACE_MS,
     Coordinator,
+    CoordinatorOutcome,
     CoordinatorResult,
     Reconciler,
     StartupSupervisor,
+    write_step,
 )
 from runners.worker.retention import RetentionResult, TerminalRetention, cleanup_settled_receipt
+
+#: Coordinator outcomes after which the Worker holds the lease for nothing.
+_SETTLED_LEASE = frozenset(
+    {
+        CoordinatorOutcome.COMPLETED,
+        CoordinatorOutcome.COMPLETED_CLEANUP_PENDING,
+        CoordinatorOutcome.CONTROL_PLANE_TERMINAL,
+    }
+)
 
 #: States whose local execution may still produce a receipt to complete.
 _OPEN = frozenset(
@@ -214,7 +226,11 @@ class WorkerRuntime:
             if self.receiver.in_flight(record.offer_id):
                 continue
             if record.state in _OPEN:
-                results.append(self.supervisor.reconcile_one(record.offer_id, now))
+                self._merge_tracked_lease(record)
+                result = self.supervisor.reconcile_one(record.offer_id, now)
+                if result.outcome in _SETTLED_LEASE:
+                    self.lifecycle.untrack(record.offer_id)  # nothing left to renew
+                results.append(result)
             elif record.state is JournalState.START_FAILED:
                 replayed = self.receiver.replay_fail_start(record.offer_id)
                 if replayed is not None:
@@ -227,6 +243,16 @@ class WorkerRuntime:
         return self._retention.run(cursor, self.clock())
 
     # -- wiring ------------------------------------------------------------------------------------
+    def _merge_tracked_lease(self, record: JournalRecord) -> None:
+        """§3.12 decision: a completion uses the journal's lease version; the lifecycle's
+        newer one (renewals, T4) is merged into the record first (revision CAS), so the
+        submission is exact and a replay after a crash stays exact (version + 1)."""
+        lease = self.lifecycle.current(record.offer_id)
+        if lease is None or lease.version <= record.offer.lease.version:
+            return
+        event = LeaseVersionAdvanced(lease, record.offer.delivery_kind)
+        write_step(self.journal, record, event, self.clock())
+
     def _on_lost(self, snapshot: OfferLease, reason: LeaseLossReason) -> None:
         self.lease_loss.on_lost(snapshot, reason)
 

@@ -504,3 +504,38 @@ def test_a_restart_replays_fail_start_even_after_the_lease_expired(
     assert result.state is S.START_FAILURE_ACKNOWLEDGED
     assert again.receiver.replay_fail_start(offer.offer_id) is None  # final: nothing to do
     assert restarted.calls == []
+
+
+@pytest.mark.spec("INBOX-08")
+def test_fail_start_after_a_renewal_stays_exactly_replayable(
+    journal: JournalStore, control: ControlPlane
+) -> None:
+    """INBOX-08 / WR-10: the lease was renewed between `starting_acknowledged` and the start
+    refusal, so `fail_start` goes out with the lifecycle's newer version; that version is
+    merged into the record first, and after a lost response the restart's replay from the
+    record alone is the identical command (`already_applied`)."""
+    offer = control.admit_and_grant(run_id())
+    holder: list[Worker] = []
+
+    def renew_then_refuse(context: object) -> None:
+        assert holder[0].lifecycle.tick(control.clock.advance(11_000)).renewed == 1
+
+    executor = ScriptedExecutor(answer="refuse", hook=renew_then_refuse)
+    worker = Worker(journal, control, executor)
+    holder.append(worker)
+    sent: list[int] = []
+
+    def lost(lease: OfferLease, code: str) -> LeaseAck:
+        sent.append(lease.version)
+        control.engine.fail_start(lease, code)
+        raise ControlPlaneUnavailable
+
+    control.client.overrides["fail_start"] = lost
+    assert worker.receiver.deliver(offer).state is S.START_FAILED
+    del control.client.overrides["fail_start"]
+    record = journal.read(offer.offer_id)
+    assert record is not None
+    assert record.offer.lease.version == sent[0]  # merged before it was sent
+    result = Worker(journal, control, ScriptedExecutor()).receiver.replay_fail_start(offer.offer_id)
+    assert result is not None
+    assert (result.state, result.code) == (S.START_FAILURE_ACKNOWLEDGED, Code.ALREADY_APPLIED)

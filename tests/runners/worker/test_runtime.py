@@ -137,3 +137,24 @@ def test_startup_recovery_of_a_launching_record_never_spawns(world: World) -> No
     assert after.recovery_reason is RecoveryReason.LAUNCH_OUTCOME_UNKNOWN
     assert world.spawns.entries() == []
     restarted.stop()
+
+
+@pytest.mark.spec("INBOX-34")
+def test_a_live_completion_needs_no_redelivery(world: World) -> None:
+    """§3.12 decision / WR-11: while the Worker runs, the lease lifecycle holds the version
+    T4 and renewals produced; `poll_completions` merges it into the record before it submits,
+    so the completion goes through without a control-plane redelivery, and the lease is no
+    longer tracked afterwards."""
+    runtime = world.runtime()
+    runtime.start()
+    offer = world.control.admit_and_grant(run_id(), [sys.executable, "-c", "pass"])
+    assert runtime.deliver(offer).state is S.RUNNING_ACKNOWLEDGED
+    attempt_id = offer.lease.attempt_id
+    world.clock.advance(11_000)
+    assert runtime.tick().renewed == 1
+    assert wait_until(lambda: world.receipts.read(attempt_id) is not None, 10)
+    poll = runtime.poll_completions()
+    assert [r.outcome.value for r in poll.results] == ["completed"]
+    assert world.control.attempt_status(attempt_id) == "succeeded"
+    assert runtime.lifecycle.tracked() == ()
+    runtime.stop()
