@@ -7,6 +7,9 @@ latest version is kept for the receiver's running/failure ACK (§3.5 step 9). A 
 renewal, or a lease found expired, stops the tracking and raises one synchronous
 `on_lost(snapshot, reason)` notification; the notification performs no I/O itself (the
 lease-loss coordinator, `runners.worker.lease_loss`, does the journal and controller work).
+A `LEASE_VERSION_MISMATCH` that carries a newer version is not a loss: the lease is still
+this Worker's, moved by its own renewal or running ACK whose answer was lost; the lifecycle
+adopts that version and renews once more with it (found by `model_tests/worker_machine.py`).
 
 `start()` runs `tick` on one daemon thread (never holding the process); tests and models call
 `tick` directly with their own time. The lifecycle reads no journal and writes none.
@@ -168,8 +171,21 @@ class WorkerLeaseLifecycle:
                     self._lose(offer_id, lease, LeaseLossReason.LEASE_EXPIRED)
                     lost += 1
                     continue
+                held = lease
                 try:
-                    ack = self._client.renew(lease, self._duration_ms)
+                    ack = self._client.renew(held, self._duration_ms)
+                    if (
+                        ack.code is Code.LEASE_VERSION_MISMATCH
+                        and ack.version is not None
+                        and ack.version > held.version
+                    ):
+                        # The version check comes after every identity check of the fence
+                        # (B-16): the lease is still ours, moved by a renewal or running ACK
+                        # whose answer was lost. Adopt its version and renew once more with
+                        # it, instead of reporting a loss (which would stop the process).
+                        self.observe(offer_id, ack)
+                        held = ack.lease_after(held)
+                        ack = self._client.renew(held, self._duration_ms)
                 except ControlPlaneUnavailable:
                     unavailable += 1  # try again next tick; the expiry check still applies
                     continue
@@ -181,7 +197,7 @@ class WorkerLeaseLifecycle:
                             tracked.renewed_at_ms = now_ms
                     renewed += 1
                 else:
-                    self._lose(offer_id, lease, loss_reason(ack.code))
+                    self._lose(offer_id, held, loss_reason(ack.code))
                     lost += 1
         return TickResult(renewed, lost, unavailable)
 
