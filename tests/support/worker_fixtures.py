@@ -26,6 +26,9 @@ from kernel.journal_record import JournalRecord, Offer, OfferLease
 from kernel.outcomes import Applied
 from kernel.specs.journal import DeliveryKind
 from kernel.specs.states import StopResult, WorkerSessionStatus
+from runners.edge.file_journal import FileJournal
+from runners.edge.journal_lock import JournalOwnership
+from runners.edge.sqlite_journal import SqliteJournal
 from runners.edge.store import EdgeStore
 from runners.engine import execute
 from runners.journal_port import JournalStore
@@ -46,6 +49,38 @@ T0 = 1_700_000_000_000
 DURATION_MS = 30_000
 WORKER_ID = "w1"
 SESSION_ID = "w1-s1"
+
+
+class NoTimer:
+    """A journal ownership refresh timer that never fires (these tests are not about the
+    timer, and a test ends long before any stale window)."""
+
+    def __init__(self, interval_s: float, tick: Callable[[], bool]) -> None:
+        del interval_s, tick
+
+    def start(self) -> None:
+        pass
+
+    def cancel(self) -> None:
+        pass
+
+    def join(self, timeout_s: float) -> None:
+        pass
+
+
+def file_journal(root: Path) -> FileJournal:
+    return FileJournal(root, JournalOwnership(root, timer_factory=NoTimer))
+
+
+def sqlite_journal(root: Path) -> SqliteJournal:
+    return SqliteJournal(root, JournalOwnership(root, timer_factory=NoTimer))
+
+
+#: Both journal adapters, by name (tests run on each).
+JOURNALS: dict[str, Callable[[Path], FileJournal | SqliteJournal]] = {
+    "file": file_journal,
+    "sqlite": sqlite_journal,
+}
 
 
 class ManualClock:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,53 +20,24 @@ from kernel.journal_record import OfferLease
 from kernel.specs.codes import Code
 from kernel.specs.journal import DeliveryKind, JournalState, RecoveryReason
 from kernel.specs.states import Profile, WorkerSessionStatus
-from runners.edge.file_journal import FileJournal
-from runners.edge.journal_lock import JournalOwnership
-from runners.edge.sqlite_journal import SqliteJournal
 from runners.journal_port import JournalStore
 from runners.passes import lease_expiry_page
 from runners.worker.lease_lifecycle import LeaseLossReason
 from runners.worker.ports import ControlPlaneUnavailable, LeaseAck
 from runners.worker.receiver import ACK_TRIES, ResultKind
 from tests.support.worker_fixtures import (
+    JOURNALS,
     ControlPlane,
     ManualClock,
     ScriptedExecutor,
     Worker,
+    file_journal,
     run_id,
     session,
     unavailable,
 )
 
 S = JournalState
-
-
-class _NoTimer:
-    def __init__(self, interval_s: float, tick: Callable[[], bool]) -> None:
-        del interval_s, tick
-
-    def start(self) -> None:
-        pass
-
-    def cancel(self) -> None:
-        pass
-
-    def join(self, timeout_s: float) -> None:
-        pass
-
-
-def _file(root: Path) -> FileJournal:
-    return FileJournal(root, JournalOwnership(root, timer_factory=_NoTimer))
-
-
-def _sqlite(root: Path) -> SqliteJournal:
-    return SqliteJournal(root, JournalOwnership(root, timer_factory=_NoTimer))
-
-
-JOURNALS: dict[str, Callable[[Path], FileJournal | SqliteJournal]] = {
-    "file": _file,
-    "sqlite": _sqlite,
-}
 
 
 @pytest.fixture(params=sorted(JOURNALS))
@@ -257,7 +228,7 @@ def test_ambiguous_start_is_recovery_required_and_never_retried(
         ("lease_expired", Code.RUN_LEASE_EXPIRED),
     ],
 )
-def test_unusable_authority_is_refused_before_any_journal_file(
+def test_unusable_authority_is_refused_before_any_journalfile_journal(
     journal: JournalStore, control: ControlPlane, tmp_path: Path, change: str, code: Code
 ) -> None:
     """INBOX-11: an expired Run lease, a replaced session, an offline Worker or an expired
@@ -311,10 +282,10 @@ def test_control_plane_already_running_becomes_recovery_required(
     journal) finds the Attempt already `running` on the control plane: the record becomes
     `recovery_required(control_plane_already_running)` and nothing is spawned."""
     offer = control.admit_and_grant(run_id())
-    first_journal = _file(tmp_path / "first")
+    first_journal = file_journal(tmp_path / "first")
     first_journal.acquire()
     Worker(first_journal, control, ScriptedExecutor()).receiver.deliver(offer)
-    other = _file(tmp_path / "second")
+    other = file_journal(tmp_path / "second")
     other.acquire()
     executor = ScriptedExecutor()
     result = Worker(other, control, executor).receiver.deliver(offer)

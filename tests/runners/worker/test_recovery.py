@@ -9,7 +9,7 @@ and its authenticator answer (`MemoryReceipts`; the real receipt files are exerc
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,13 +21,11 @@ from kernel.journal_record import JournalRecord
 from kernel.specs.codes import Code
 from kernel.specs.journal import AuditClass, DeliveryKind, JournalState, RecoveryReason
 from kernel.specs.states import CompletionOutcome
-from runners.edge.file_journal import FileJournal
-from runners.edge.journal_lock import JournalOwnership
-from runners.edge.sqlite_journal import SqliteJournal
 from runners.journal_port import JournalError, JournalStore
 from runners.worker.ports import ControlPlaneUnavailable, LeaseAck
 from runners.worker.recovery import CoordinatorOutcome, StartupSupervisor
 from tests.support.worker_fixtures import (
+    JOURNALS,
     ControlPlane,
     ManualClock,
     MemoryReceipts,
@@ -39,34 +37,6 @@ from tests.support.worker_fixtures import (
 )
 
 S = JournalState
-
-
-class _NoTimer:
-    def __init__(self, interval_s: float, tick: Callable[[], bool]) -> None:
-        del interval_s, tick
-
-    def start(self) -> None:
-        pass
-
-    def cancel(self) -> None:
-        pass
-
-    def join(self, timeout_s: float) -> None:
-        pass
-
-
-def _file(root: Path) -> FileJournal:
-    return FileJournal(root, JournalOwnership(root, timer_factory=_NoTimer))
-
-
-def _sqlite(root: Path) -> SqliteJournal:
-    return SqliteJournal(root, JournalOwnership(root, timer_factory=_NoTimer))
-
-
-JOURNALS: dict[str, Callable[[Path], FileJournal | SqliteJournal]] = {
-    "file": _file,
-    "sqlite": _sqlite,
-}
 
 
 class OrderedJournal:

@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,26 +43,13 @@ from tests.support.posix_processes import wait_until
 from tests.support.worker_fixtures import (
     ControlPlane,
     ManualClock,
+    NoTimer,
     Worker,
     lease_token_for,
     run_id,
 )
 
 S = JournalState
-
-
-class _NoTimer:
-    def __init__(self, interval_s: float, tick: Callable[[], bool]) -> None:
-        del interval_s, tick
-
-    def start(self) -> None:
-        pass
-
-    def cancel(self) -> None:
-        pass
-
-    def join(self, timeout_s: float) -> None:
-        pass
 
 
 class CapturingFactory(TokenContextFactory):
@@ -82,7 +69,7 @@ class PosixWorld:
         self.clock = ManualClock()
         self.control = ControlPlane(root / "control.sqlite3", self.clock)
         self.journal = FileJournal(
-            root / "journal", JournalOwnership(root / "journal", timer_factory=_NoTimer)
+            root / "journal", JournalOwnership(root / "journal", timer_factory=NoTimer)
         )
         self.journal.acquire()
         self.receipts = CompletionReceiptStore(root / "receipts")
