@@ -137,7 +137,6 @@ from kernel.specs.states import (
     StopResult,
     WorkerSessionStatus,
 )
-from kernel.transitions.offer_journal import LeaseVersionAdvanced
 from model_tests.harness import STATS, ModelViolation, require
 from runners.edge.file_journal import FileJournal, _Os
 from runners.edge.journal_lock import JournalOwnership, RefreshTimer
@@ -161,12 +160,11 @@ from runners.worker.posix import ReceiptEvidence, TokenContextFactory
 from runners.worker.receiver import DeliveryResult, Receiver, ResultKind
 from runners.worker.recovery import (
     Coordinator,
-    CoordinatorOutcome,
     Reconciler,
     StartupSupervisor,
-    write_step,
 )
 from runners.worker.retention import TerminalRetention, cleanup_settled_receipt
+from runners.worker.runtime import poll_page, replay_start_failures
 
 __all__ = [
     "ADAPTERS",
@@ -881,16 +879,6 @@ _ACK_STATES: Final[Mapping[str, frozenset[JournalState]]] = {
     "fail_start": frozenset({S.START_FAILED}),
     "complete": frozenset({S.STARTED, S.RUNNING_ACKNOWLEDGED, S.RECOVERY_REQUIRED}),
 }
-#: `WorkerRuntime.poll_completions`: a settled Coordinator outcome untracks the lease.
-_SETTLED_LEASE: Final = frozenset(
-    {
-        CoordinatorOutcome.COMPLETED,
-        CoordinatorOutcome.COMPLETED_CLEANUP_PENDING,
-        CoordinatorOutcome.CONTROL_PLANE_TERMINAL,
-    }
-)
-#: States whose local execution may still produce a receipt (`WorkerRuntime._OPEN`).
-_OPEN: Final = frozenset({S.LAUNCHING, S.STARTED, S.RUNNING_ACKNOWLEDGED, S.RECOVERY_REQUIRED})
 #: §3.7: states whose redelivery only replays (no ACK, no spawn) and so writes at most a lease.
 _REPLAY_ONLY: Final = frozenset(
     {
@@ -1818,23 +1806,9 @@ class WorkerMachine(RuleBasedStateMachine):
 
         def poll() -> object:
             w = self.w
-            now = self.clock()
-            results: list[object] = []
-            for record in w.journal.list(None, 16).records:
-                if w.receiver.in_flight(record.offer_id):
-                    continue
-                if record.state in _OPEN:
-                    lease = w.lifecycle.current(record.offer_id)
-                    if lease is not None and lease.version > record.offer.lease.version:
-                        merge = LeaseVersionAdvanced(lease, record.offer.delivery_kind)
-                        write_step(w.journal, record, merge, now)
-                    result = w.supervisor.reconcile_one(record.offer_id, now)
-                    if result.outcome in _SETTLED_LEASE:
-                        w.lifecycle.untrack(record.offer_id)
-                    results.append(result)
-                elif record.state is S.START_FAILED:
-                    results.append(w.receiver.replay_fail_start(record.offer_id))
-            return tuple(results)
+            return poll_page(
+                w.journal, w.receiver, w.lifecycle, w.supervisor, now_ms=self.clock(), limit=16
+            )
 
         self._step("poll_completions", {}, poll)
 
@@ -1852,9 +1826,7 @@ class WorkerMachine(RuleBasedStateMachine):
         if isinstance(audit, AuditRefused):
             return audit
         result = w.supervisor.run(audit, self.clock())
-        for entry in audit.entries:
-            if entry.state is S.START_FAILED:
-                self.reprs.append(repr(w.receiver.replay_fail_start(entry.offer_id)))
+        self.reprs.extend(repr(r) for r in replay_start_failures(audit, w.receiver))
         return result
 
     @rule(run=st.sampled_from(RUN_PICKS), exit_code=st.sampled_from(EXIT_CODES))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from kernel.entities import WorkerSession
 from kernel.journal_audit import AuditResult
-from kernel.journal_record import JournalRecord, Offer, OfferLease
+from kernel.journal_record import Offer, OfferLease
 from kernel.specs.budgets import Paging, budget_for
 from kernel.specs.codes import Code
 from kernel.specs.inbox_lifecycle import InboxState
@@ -32,7 +32,7 @@ from kernel.transitions.offer_journal import LeaseVersionAdvanced
 from runners.edge.file_journal import FileJournal
 from runners.edge.receipts import CompletionReceiptStore, ReceiptAuthenticator
 from runners.edge.sqlite_journal import SqliteJournal
-from runners.journal_port import JournalError
+from runners.journal_port import JournalError, JournalStore
 from runners.worker.inbox_lifecycle import (
     InboxStatus,
     RecoveryReport,
@@ -174,22 +174,9 @@ class WorkerRuntime:
         return status
 
     def replay_start_failures(self) -> tuple[DeliveryResult, ...]:
-        """§3.7 on restart: every `start_failed` record of the startup audit replays
-        `fail_start` only (`Receiver.replay_fail_start`; `start_failed` has no start edge,
-        §3.6). Without it a Worker killed after the control plane accepted the failure and
-        before `start_failure_acknowledged` keeps the record non-final forever: T5 released
-        the lease, so no redelivery can come, and the startup supervisor has no action for
-        `no_local_execution` (found by the kill matrix). Bounded by the audit's budget."""
+        """`replay_start_failures` over the startup audit the inbox holds."""
         audit = self.inbox.status.audit
-        if audit is None:
-            return ()
-        results: list[DeliveryResult] = []
-        for entry in audit.entries:
-            if entry.state is JournalState.START_FAILED:
-                result = self.receiver.replay_fail_start(entry.offer_id)
-                if result is not None:
-                    results.append(result)
-        return tuple(results)
+        return () if audit is None else replay_start_failures(audit, self.receiver)
 
     def stop(self) -> InboxStatus:
         self.lifecycle.stop()
@@ -212,30 +199,17 @@ class WorkerRuntime:
         return self.lifecycle.tick(self.clock() if now_ms is None else now_ms)
 
     def poll_completions(self, cursor: str | None = None, limit: int = 16) -> CompletionPoll:
-        """One page of the journal: each record that may own local execution is reconciled
-        and the Coordinator completes the ones whose receipt is there (§3.11, §3.12); a
-        `start_failed` record replays `fail_start` (§3.7)."""
-        try:
-            page = self.journal.list(cursor, limit)
-        except JournalError as exc:
-            raise RuntimeError(f"journal unavailable: {exc.code}") from None
-        results: list[CoordinatorResult] = []
-        now = self.clock()
-        replays: list[DeliveryResult] = []
-        for record in page.records:
-            if self.receiver.in_flight(record.offer_id):
-                continue
-            if record.state in _OPEN:
-                self._merge_tracked_lease(record)
-                result = self.supervisor.reconcile_one(record.offer_id, now)
-                if result.outcome in _SETTLED_LEASE:
-                    self.lifecycle.untrack(record.offer_id)  # nothing left to renew
-                results.append(result)
-            elif record.state is JournalState.START_FAILED:
-                replayed = self.receiver.replay_fail_start(record.offer_id)
-                if replayed is not None:
-                    replays.append(replayed)
-        return CompletionPoll(tuple(results), page.cursor, page.has_more, tuple(replays))
+        """One page of the journal (`poll_page`): receipts to completions (§3.11, §3.12) and
+        `fail_start` replays (§3.7)."""
+        return poll_page(
+            self.journal,
+            self.receiver,
+            self.lifecycle,
+            self.supervisor,
+            now_ms=self.clock(),
+            cursor=cursor,
+            limit=limit,
+        )
 
     def retention(self, cursor: str | None = None) -> RetentionResult:
         if self._retention is None:
@@ -243,16 +217,6 @@ class WorkerRuntime:
         return self._retention.run(cursor, self.clock())
 
     # -- wiring ------------------------------------------------------------------------------------
-    def _merge_tracked_lease(self, record: JournalRecord) -> None:
-        """§3.12 decision: a completion uses the journal's lease version; the lifecycle's
-        newer one (renewals, T4) is merged into the record first (revision CAS), so the
-        submission is exact and a replay after a crash stays exact (version + 1)."""
-        lease = self.lifecycle.current(record.offer_id)
-        if lease is None or lease.version <= record.offer.lease.version:
-            return
-        event = LeaseVersionAdvanced(lease, record.offer.delivery_kind)
-        write_step(self.journal, record, event, self.clock())
-
     def _on_lost(self, snapshot: OfferLease, reason: LeaseLossReason) -> None:
         self.lease_loss.on_lost(snapshot, reason)
 
@@ -285,3 +249,63 @@ def _default_audit_budget(journal: FileJournal | SqliteJournal) -> Paging:
     if edge.max_items >= journal.capacity:
         return edge
     return Paging(page_size=64, pages=16)
+
+
+# -- the steps, as functions (the Worker model drives exactly these, model_tests/worker_machine)
+def poll_page(
+    journal: JournalStore,
+    receiver: Receiver,
+    lifecycle: WorkerLeaseLifecycle,
+    supervisor: StartupSupervisor,
+    *,
+    now_ms: int,
+    cursor: str | None = None,
+    limit: int = 16,
+) -> CompletionPoll:
+    """One page of the journal: each record that may own local execution and has no delivery
+    in flight gets the lease lifecycle's newer version merged in first (the §3.12 decision:
+    a completion uses the journal's version, so the submission and any replay after a crash
+    are exact), then the Reconciler and the Coordinator (`reconcile_one`); a settled one is
+    untracked (nothing left to renew). A `start_failed` record replays `fail_start` (§3.7).
+
+    :raises RuntimeError: the page could not be listed (the journal's code, never its text).
+    """
+    try:
+        page = journal.list(cursor, limit)
+    except JournalError as exc:
+        raise RuntimeError(f"journal unavailable: {exc.code}") from None
+    results: list[CoordinatorResult] = []
+    replays: list[DeliveryResult] = []
+    for record in page.records:
+        if receiver.in_flight(record.offer_id):
+            continue
+        if record.state in _OPEN:
+            lease = lifecycle.current(record.offer_id)
+            if lease is not None and lease.version > record.offer.lease.version:
+                merge = LeaseVersionAdvanced(lease, record.offer.delivery_kind)
+                write_step(journal, record, merge, now_ms)
+            result = supervisor.reconcile_one(record.offer_id, now_ms)
+            if result.outcome in _SETTLED_LEASE:
+                lifecycle.untrack(record.offer_id)
+            results.append(result)
+        elif record.state is JournalState.START_FAILED:
+            replayed = receiver.replay_fail_start(record.offer_id)
+            if replayed is not None:
+                replays.append(replayed)
+    return CompletionPoll(tuple(results), page.cursor, page.has_more, tuple(replays))
+
+
+def replay_start_failures(audit: AuditResult, receiver: Receiver) -> tuple[DeliveryResult, ...]:
+    """§3.7 on restart: every `start_failed` entry of the startup audit replays `fail_start`
+    only (`Receiver.replay_fail_start`; `start_failed` has no start edge, §3.6). Without it a
+    Worker killed after the control plane accepted the failure and before
+    `start_failure_acknowledged` keeps the record non-final forever: T5 released the lease,
+    so no redelivery can come, and the startup supervisor has no action for
+    `no_local_execution` (found by the kill matrix). Bounded by the audit's budget."""
+    results: list[DeliveryResult] = []
+    for entry in audit.entries:
+        if entry.state is JournalState.START_FAILED:
+            result = receiver.replay_fail_start(entry.offer_id)
+            if result is not None:
+                results.append(result)
+    return tuple(results)
