@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 
 from kernel.identity import offer_id as derive_offer_id
@@ -37,6 +36,7 @@ from kernel.specs.codes import Code
 from kernel.specs.states import StopResult
 from kernel.transitions.offer_journal import LeaseLost
 from runners.journal_port import JournalError, JournalStore
+from runners.worker.in_flight import InFlight
 from runners.worker.lease_lifecycle import LeaseLossReason
 from runners.worker.ports import Controller
 from runners.worker.recovery import write_step
@@ -60,7 +60,7 @@ class LeaseLossCoordinator:
         self._journal = journal
         self._controller = controller
         self._clock = clock
-        self._inflight: dict[str, Future[LeaseLossOutcome]] = {}
+        self._inflight: InFlight[str, LeaseLossOutcome] = InFlight()
         self._lock = threading.Lock()
         self.outcomes: list[LeaseLossOutcome] = []
 
@@ -75,26 +75,13 @@ class LeaseLossCoordinator:
             snapshot.worker_session_id,
             snapshot.worker_generation,
         )
+        return self._inflight.run(key, None, lambda: self._record(key, snapshot, reason))
+
+    def _record(self, key: str, snapshot: OfferLease, reason: LeaseLossReason) -> LeaseLossOutcome:
+        outcome = self._handle(key, snapshot, reason)
         with self._lock:
-            running = self._inflight.get(key)
-            if running is None:
-                future: Future[LeaseLossOutcome] = Future()
-                self._inflight[key] = future
-        if running is not None:
-            return running.result()
-        try:
-            outcome = self._handle(key, snapshot, reason)
-        except BaseException as exc:
-            future.set_exception(exc)
-            raise
-        else:
-            future.set_result(outcome)
-            with self._lock:
-                self.outcomes.append(outcome)
-            return outcome
-        finally:
-            with self._lock:
-                self._inflight.pop(key, None)
+            self.outcomes.append(outcome)
+        return outcome
 
     def _handle(self, key: str, snapshot: OfferLease, reason: LeaseLossReason) -> LeaseLossOutcome:
         try:

@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import enum
 import functools
-import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 
 from kernel.entities import WorkerSession
@@ -63,6 +61,7 @@ from kernel.transitions.offer_journal import (
     journal_step,
 )
 from runners.journal_port import JournalError, JournalStore
+from runners.worker.in_flight import InFlight
 from runners.worker.lease_lifecycle import WorkerLeaseLifecycle
 from runners.worker.ports import (
     Clock,
@@ -144,45 +143,20 @@ class Receiver:
         self._executor = executor
         self._clock = clock
         self._capacity = capacity
-        self._inflight: dict[str, tuple[Offer, Future[DeliveryResult]]] = {}
-        self._lock = threading.Lock()
+        self._inflight: InFlight[str, DeliveryResult] = InFlight()
 
     def __repr__(self) -> str:
-        return f"Receiver(in_flight={len(self._inflight)})"
+        return f"Receiver({self._inflight!r})"
 
     # -- the transport's entry point ----------------------------------------------------------
     def deliver(self, offer: Offer) -> DeliveryResult:
         """Handle one delivery; concurrent duplicates of one `offer_id` join the one in
-        flight (ADR-0021 §1) and get its result."""
-        key = offer.offer_id
-        while True:
-            with self._lock:
-                running = self._inflight.get(key)
-                if running is None:
-                    future: Future[DeliveryResult] = Future()
-                    self._inflight[key] = (offer, future)
-                    break
-            first, pending = running
-            result = pending.result()
-            if first == offer:
-                return result  # a duplicate: the same operation's result
-            # A different delivery of the same offer id (a newer lease, a conflict): handled
-            # after the operation in flight, by its own pass through validation.
-        try:
-            result = self._deliver(offer)
-        except BaseException as exc:
-            future.set_exception(exc)
-            raise
-        else:
-            future.set_result(result)
-            return result
-        finally:
-            with self._lock:
-                self._inflight.pop(key, None)
+        flight (ADR-0021 §1) and get its result; a different delivery of the same offer id (a
+        newer lease, a conflict) runs after it, through its own validation (WR-5)."""
+        return self._inflight.run(offer.offer_id, offer, lambda: self._deliver(offer))
 
     def in_flight(self, offer_id: str) -> bool:
-        with self._lock:
-            return offer_id in self._inflight
+        return self._inflight.active(offer_id)
 
     def replay_fail_start(self, offer_id: str) -> DeliveryResult | None:
         """§3.7's `start_failed` row on a restart: replay `fail_start` only, with the record's
@@ -196,25 +170,14 @@ class Receiver:
             return DeliveryResult(offer_id, ResultKind.STOPPED, exc.code)
         if record is None or record.state is not S.START_FAILED:
             return None
-        with self._lock:
-            if offer_id in self._inflight:
-                return None
-            future: Future[DeliveryResult] = Future()
-            self._inflight[offer_id] = (record.offer, future)
-        try:
+
+        def replay() -> DeliveryResult:
             try:
-                result = self._fail_start(record)
+                return self._fail_start(record)
             except _Stop as stop:
-                result = self._stopped(offer_id, stop)
-        except BaseException as exc:
-            future.set_exception(exc)
-            raise
-        else:
-            future.set_result(result)
-            return result
-        finally:
-            with self._lock:
-                self._inflight.pop(offer_id, None)
+                return self._stopped(offer_id, stop)
+
+        return self._inflight.try_run(offer_id, record.offer, replay)
 
     # -- the pipeline ---------------------------------------------------------------------------
     def _deliver(self, offer: Offer) -> DeliveryResult:

@@ -19,10 +19,8 @@ Every result carries ids, states, evidence, codes, sequences, times and exit cod
 from __future__ import annotations
 
 import enum
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -68,6 +66,7 @@ from kernel.specs.codes import Code
 from kernel.specs.journal import JournalState
 from kernel.transitions.offer_journal import JournalEvent, LaunchOutcomeUnknown, journal_step
 from runners.journal_port import JournalError, JournalStore
+from runners.worker.in_flight import InFlight
 from runners.worker.ports import ControlPlaneClient, ControlPlaneUnavailable, Inspector
 
 #: §3.11 step 4 [decision: default 100 ms], at most 5 s.
@@ -217,33 +216,14 @@ class Coordinator:
         self._client = client
         self._receipts = receipts
         self._clock = clock
-        self._inflight: dict[str, Future[CoordinatorResult]] = {}
-        self._lock = threading.Lock()
+        self._inflight: InFlight[str, CoordinatorResult] = InFlight()
 
     def __repr__(self) -> str:
         return "Coordinator()"
 
     def recover(self, seen: JournalRecord, reconciliation: Reconciliation) -> CoordinatorResult:
-        """Coalesced per offer: a concurrent call joins the one in flight."""
-        key = seen.offer_id
-        with self._lock:
-            running = self._inflight.get(key)
-            if running is None:
-                future: Future[CoordinatorResult] = Future()
-                self._inflight[key] = future
-        if running is not None:
-            return running.result()
-        try:
-            result = self._recover(seen, reconciliation)
-        except BaseException as exc:
-            future.set_exception(exc)
-            raise
-        else:
-            future.set_result(result)
-            return result
-        finally:
-            with self._lock:
-                self._inflight.pop(key, None)
+        """Coalesced per offer: a concurrent call joins the one in flight (WR-5)."""
+        return self._inflight.run(seen.offer_id, None, lambda: self._recover(seen, reconciliation))
 
     def _recover(self, seen: JournalRecord, rec: Reconciliation) -> CoordinatorResult:
         key = seen.offer_id
