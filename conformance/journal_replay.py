@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from conformance.corpus import read_text, spec_id_of, trace_paths
 from conformance.journal_reference import ReferenceWorld
@@ -81,7 +81,7 @@ from conformance.journal_trace import (
 from conformance.replay import Divergence, TraceResult
 from conformance.report import Outcome, Summary
 from conformance.trace import canonical
-from runners.edge.file_journal import FileJournal, _Os
+from runners.edge.file_journal import FileJournal, SteppedOs
 from runners.edge.sqlite_journal import DATABASE_NAME, SqliteJournal
 from runners.journal_port import JournalError
 
@@ -267,7 +267,10 @@ def _file_plan(operation: str, fault: JournalFault) -> tuple[str, str, Callable[
     return step, when, _crash
 
 
-class _SeamOs(_Os):
+T = TypeVar("T")
+
+
+class _SeamOs(SteppedOs):
     """The file adapter's real OS calls, recorded; one planned fault fires once."""
 
     def __init__(self) -> None:
@@ -275,7 +278,7 @@ class _SeamOs(_Os):
         self.plan: tuple[str, str, Callable[[], BaseException]] | None = None
         self.fired = False
 
-    def _at(self, step: str, call: Callable[[], Any]) -> Any:
+    def _at(self, step: str, call: Callable[[], T]) -> T:
         self.calls.append(step)
         plan = self.plan
         hit = plan is not None and plan[0] == step and not self.fired
@@ -287,35 +290,6 @@ class _SeamOs(_Os):
             self.fired = True
             raise plan[2]()
         return result
-
-    def open_temporary(self, path: Path) -> int:
-        fd: int = self._at("open_temporary", lambda: _Os.open_temporary(self, path))
-        return fd
-
-    def fchmod(self, fd: int, mode: int) -> None:
-        self._at("fchmod", lambda: _Os.fchmod(self, fd, mode))
-
-    def write(self, fd: int, data: memoryview) -> int:
-        written: int = self._at("write", lambda: _Os.write(self, fd, data))
-        return written
-
-    def fsync(self, fd: int) -> None:
-        self._at("fsync", lambda: _Os.fsync(self, fd))
-
-    def close(self, fd: int) -> None:
-        self._at("close", lambda: _Os.close(self, fd))
-
-    def link(self, source: Path, target: Path) -> None:
-        self._at("link", lambda: _Os.link(self, source, target))
-
-    def rename(self, source: Path, target: Path) -> None:
-        self._at("rename", lambda: _Os.rename(self, source, target))
-
-    def unlink(self, path: Path) -> None:
-        self._at("unlink", lambda: _Os.unlink(self, path))
-
-    def fsync_directory(self, path: Path) -> None:
-        self._at("fsync_directory", lambda: _Os.fsync_directory(self, path))
 
 
 class _FileInstance:

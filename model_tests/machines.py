@@ -348,6 +348,12 @@ def machine_settings(machine: type[ModelMachine], profile: str | None = None) ->
     """The active profile's settings with the machine's step budget for that profile."""
     name = profile if profile is not None else active_profile()
     budget = BUDGETS.get(name, BUDGETS["ci"])[machine.NAME]
+    return budget_settings(budget, profile)
+
+
+def budget_settings(budget: Budget, profile: str | None = None) -> settings:
+    """`profile`'s settings (the active ones when None) with `budget`'s examples and steps,
+    no deadline, and the health checks a long stateful run trips suppressed."""
     parent = settings.default
     if profile is not None:
         try:

@@ -103,9 +103,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Final, cast
 
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import kernel
@@ -138,6 +137,7 @@ from kernel.specs.states import (
     WorkerSessionStatus,
 )
 from model_tests.harness import STATS, ModelViolation, require
+from model_tests.machines import Budget, budget_settings
 from runners.edge.file_journal import FileJournal, _Os
 from runners.edge.journal_lock import JournalOwnership, RefreshTimer
 from runners.edge.receipts import CompletionReceiptStore, Receipt, ReceiptAuthenticator
@@ -788,12 +788,6 @@ class RunState:
 
 
 # -- budgets ----------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Budget:
-    examples: int
-    steps: int
-
-
 #: Per Hypothesis profile and adapter. ci (derandomized): ~7,000 steps on the file adapter and
 #: ~1,700 on SQLite, well under a minute together; deep: randomized, about 20x that.
 WORKER_BUDGETS: Final[Mapping[str, Mapping[str, Budget]]] = {
@@ -807,24 +801,7 @@ def worker_settings(machine: type[WorkerMachine], profile: str | None = None) ->
     """The active profile's settings with this machine's budget (by its `ADAPTER`)."""
     name = profile if profile is not None else settings.get_current_profile_name()
     budget = WORKER_BUDGETS.get(name, WORKER_BUDGETS["ci"])[machine.ADAPTER]
-    parent = settings.default
-    if profile is not None:
-        try:
-            parent = settings.get_profile(profile)
-        except InvalidArgument:
-            parent = settings.default
-    return settings(
-        parent,
-        max_examples=budget.examples,
-        stateful_step_count=budget.steps,
-        deadline=None,
-        suppress_health_check=[
-            HealthCheck.too_slow,
-            HealthCheck.data_too_large,
-            HealthCheck.filter_too_much,
-            HealthCheck.large_base_example,
-        ],
-    )
+    return budget_settings(budget, profile)
 
 
 # -- argument domains (shared by the Hypothesis rules and the seeded driver) -------------------

@@ -59,3 +59,15 @@ class JournalStore(Protocol):
     def list(self, after: str | None, limit: int) -> JournalPage:
         """F-8: at most `limit` (1..64) records strictly after `after`."""
         ...
+
+
+class OwnedJournal(JournalStore, Protocol):
+    """A journal adapter with its ownership (W-2, W-7) and capacity (F-7): what a Worker
+    runtime is built on. `FileJournal` and `SqliteJournal` both are one."""
+
+    def acquire(self) -> None: ...
+
+    def release(self) -> None: ...
+
+    @property
+    def capacity(self) -> int: ...

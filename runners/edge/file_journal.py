@@ -48,9 +48,9 @@ import secrets
 import stat
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from kernel.journal_codec import JournalCorrupt, decode_record
 from kernel.journal_record import JournalRecord
@@ -160,6 +160,46 @@ class _Os:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+_T = TypeVar("_T")
+
+
+class SteppedOs(_Os):
+    """`_Os` with every call routed through `_at(step, call)`, `step` being the method's
+    name: the one base of the fault seams (the adapter tests, the journal conformance
+    replayer), which override `_at` only."""
+
+    def _at(self, step: str, call: Callable[[], _T]) -> _T:
+        del step
+        return call()
+
+    def open_temporary(self, path: Path) -> int:
+        return self._at("open_temporary", lambda: _Os.open_temporary(self, path))
+
+    def fchmod(self, fd: int, mode: int) -> None:
+        self._at("fchmod", lambda: _Os.fchmod(self, fd, mode))
+
+    def write(self, fd: int, data: memoryview) -> int:
+        return self._at("write", lambda: _Os.write(self, fd, data))
+
+    def fsync(self, fd: int) -> None:
+        self._at("fsync", lambda: _Os.fsync(self, fd))
+
+    def close(self, fd: int) -> None:
+        self._at("close", lambda: _Os.close(self, fd))
+
+    def link(self, source: Path, target: Path) -> None:
+        self._at("link", lambda: _Os.link(self, source, target))
+
+    def rename(self, source: Path, target: Path) -> None:
+        self._at("rename", lambda: _Os.rename(self, source, target))
+
+    def unlink(self, path: Path) -> None:
+        self._at("unlink", lambda: _Os.unlink(self, path))
+
+    def fsync_directory(self, path: Path) -> None:
+        self._at("fsync_directory", lambda: _Os.fsync_directory(self, path))
 
 
 #: F-10: one mutation lock per owner, shared by every `FileJournal` built on that owner.

@@ -252,60 +252,43 @@ class _Instruments:
         return JournalPage(records, page.cursor, page.has_more)
 
 
-class KillingFileJournal(FileJournal):
-    """The file adapter with the kill boundaries (`_Instruments`)."""
+class KillingJournal:
+    """Either journal adapter with the kill boundaries (`_Instruments`) around its writes."""
 
-    def __init__(self, root: Path, ownership: JournalOwnership, tools: _Instruments) -> None:
-        super().__init__(root, ownership)
+    def __init__(self, inner: FileJournal | SqliteJournal, tools: _Instruments) -> None:
+        self._inner = inner
         self._tools = tools
+
+    @property
+    def capacity(self) -> int:
+        return self._inner.capacity
+
+    def acquire(self) -> None:
+        self._inner.acquire()
+
+    def release(self) -> None:
+        self._inner.release()
 
     def create(self, record: JournalRecord) -> None:
         target = record.state.value
         self._tools.killer.hit("before", target)
-        super().create(record)
+        self._inner.create(record)
         self._tools.killer.hit("after", target)
 
     def replace(self, record: JournalRecord, expected_revision: int) -> None:
-        target = self._tools.target(
-            record, lambda: super(KillingFileJournal, self).read(record.offer_id)
-        )
+        target = self._tools.target(record, lambda: self._inner.read(record.offer_id))
         self._tools.killer.hit("before", target)
-        super().replace(record, expected_revision)
+        self._inner.replace(record, expected_revision)
         self._tools.killer.hit("after", target)
+
+    def remove(self, offer_id: str, expected_revision: int) -> None:
+        self._inner.remove(offer_id, expected_revision)
 
     def read(self, offer_id: str) -> JournalRecord | None:
-        return self._tools.seen(super().read(offer_id))
+        return self._tools.seen(self._inner.read(offer_id))
 
     def list(self, after: str | None, limit: int) -> JournalPage:
-        return self._tools.page(super().list(after, limit))
-
-
-class KillingSqliteJournal(SqliteJournal):
-    """The SQLite adapter with the kill boundaries (`_Instruments`)."""
-
-    def __init__(self, root: Path, ownership: JournalOwnership, tools: _Instruments) -> None:
-        super().__init__(root, ownership)
-        self._tools = tools
-
-    def create(self, record: JournalRecord) -> None:
-        target = record.state.value
-        self._tools.killer.hit("before", target)
-        super().create(record)
-        self._tools.killer.hit("after", target)
-
-    def replace(self, record: JournalRecord, expected_revision: int) -> None:
-        target = self._tools.target(
-            record, lambda: super(KillingSqliteJournal, self).read(record.offer_id)
-        )
-        self._tools.killer.hit("before", target)
-        super().replace(record, expected_revision)
-        self._tools.killer.hit("after", target)
-
-    def read(self, offer_id: str) -> JournalRecord | None:
-        return self._tools.seen(super().read(offer_id))
-
-    def list(self, after: str | None, limit: int) -> JournalPage:
-        return self._tools.page(super().list(after, limit))
+        return self._tools.page(self._inner.list(after, limit))
 
 
 class KillingSpawnJournal(SpawnJournal):
@@ -430,12 +413,15 @@ class KillWorker:
         self.runtime: WorkerRuntime | None = None
         self._last: dict[str, tuple[str, str | None, str | None]] = {}
 
-    def _journal(self) -> FileJournal | SqliteJournal:
+    def _journal(self) -> KillingJournal:
         root = Path(self.args.journal_root)
         ownership = JournalOwnership(root, stale_window_ms=self.args.stale_window_ms)
-        if self.args.journal == "file":
-            return KillingFileJournal(root, ownership, self.tools)
-        return KillingSqliteJournal(root, ownership, self.tools)
+        inner: FileJournal | SqliteJournal = (
+            FileJournal(root, ownership)
+            if self.args.journal == "file"
+            else SqliteJournal(root, ownership)
+        )
+        return KillingJournal(inner, self.tools)
 
     def _runtime(self) -> WorkerRuntime:
         return WorkerRuntime(

@@ -29,10 +29,8 @@ from kernel.specs.journal import JournalState
 from kernel.specs.limits import LEASE_DURATION_DEFAULT_MS
 from kernel.specs.states import Profile
 from kernel.transitions.offer_journal import LeaseVersionAdvanced
-from runners.edge.file_journal import FileJournal
 from runners.edge.receipts import CompletionReceiptStore, ReceiptAuthenticator
-from runners.edge.sqlite_journal import SqliteJournal
-from runners.journal_port import JournalError, JournalStore
+from runners.journal_port import JournalError, JournalStore, OwnedJournal
 from runners.worker.inbox_lifecycle import (
     InboxStatus,
     RecoveryReport,
@@ -101,7 +99,7 @@ class WorkerRuntime:
 
     def __init__(
         self,
-        journal: FileJournal | SqliteJournal,
+        journal: OwnedJournal,
         client: ControlPlaneClient,
         executor: Executor,
         receipts: CompletionReceiptStore,
@@ -153,7 +151,9 @@ class WorkerRuntime:
             clock=clock,
             budget=recovery_budget,
         )
-        budget = audit_budget if audit_budget is not None else _default_audit_budget(journal)
+        budget = (
+            audit_budget if audit_budget is not None else _default_audit_budget(journal.capacity)
+        )
         self.inbox = WorkerExecutionOfferInboxLifecycle(
             journal, budget, recovery=self._startup_recovery
         )
@@ -240,13 +240,13 @@ class WorkerRuntime:
         )
 
 
-def _default_audit_budget(journal: FileJournal | SqliteJournal) -> Paging:
+def _default_audit_budget(capacity: int) -> Paging:
     """U-2: the edge default 16 x 4 (the `edge` budget row) when it covers the journal's
     capacity, else the other profiles' 64 x 16 (a budget smaller than the capacity is
     rejected by the auditor, so a larger journal needs the larger one)."""
     edge = budget_for(Profile.EDGE).startup_auditor
     assert edge is not None
-    if edge.max_items >= journal.capacity:
+    if edge.max_items >= capacity:
         return edge
     return Paging(page_size=64, pages=16)
 

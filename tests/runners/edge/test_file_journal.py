@@ -24,6 +24,7 @@ import textwrap
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -36,7 +37,7 @@ from kernel.specs.journal_ownership import OwnershipState
 from runners.edge.file_journal import (
     TEMPORARY_NAME_PREFIX,
     FileJournal,
-    _Os,
+    SteppedOs,
     is_record_name,
     record_name,
 )
@@ -72,7 +73,10 @@ class SimulatedCrash(Exception):
     """The process dies here (not an `OSError`: the adapter runs no cleanup for it)."""
 
 
-class FaultyOs(_Os):
+T = TypeVar("T")
+
+
+class FaultyOs(SteppedOs):
     """The real OS calls, with one fault at the `nth` call of `step`, `before` or `after` it:
     `hook()` runs, then `error` is raised. Every step is recorded in `calls`."""
 
@@ -94,7 +98,7 @@ class FaultyOs(_Os):
         if self.error is not None:
             raise self.error
 
-    def _at(self, step: str, call: Callable[[], object]) -> object:
+    def _at(self, step: str, call: Callable[[], T]) -> T:
         self.calls.append(step)
         hit = step == self.step and self.calls.count(step) == self.nth
         if hit and self.when == "before":
@@ -103,37 +107,6 @@ class FaultyOs(_Os):
         if hit and self.when == "after":
             self._fire()
         return result
-
-    def open_temporary(self, path: Path) -> int:
-        fd = self._at("open_temporary", lambda: _Os.open_temporary(self, path))
-        assert isinstance(fd, int)
-        return fd
-
-    def fchmod(self, fd: int, mode: int) -> None:
-        self._at("fchmod", lambda: _Os.fchmod(self, fd, mode))
-
-    def write(self, fd: int, data: memoryview) -> int:
-        written = self._at("write", lambda: _Os.write(self, fd, data))
-        assert isinstance(written, int)
-        return written
-
-    def fsync(self, fd: int) -> None:
-        self._at("fsync", lambda: _Os.fsync(self, fd))
-
-    def close(self, fd: int) -> None:
-        self._at("close", lambda: _Os.close(self, fd))
-
-    def link(self, source: Path, target: Path) -> None:
-        self._at("link", lambda: _Os.link(self, source, target))
-
-    def rename(self, source: Path, target: Path) -> None:
-        self._at("rename", lambda: _Os.rename(self, source, target))
-
-    def unlink(self, path: Path) -> None:
-        self._at("unlink", lambda: _Os.unlink(self, path))
-
-    def fsync_directory(self, path: Path) -> None:
-        self._at("fsync_directory", lambda: _Os.fsync_directory(self, path))
 
 
 # -- fixtures and helpers --------------------------------------------------------------------
