@@ -8,10 +8,8 @@ POSIX executor, its receipts and the kill matrix are in `test_worker_posix.py`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,9 +24,7 @@ from runners.worker.lease_lifecycle import LeaseLossReason
 from runners.worker.ports import ControlPlaneUnavailable, LeaseAck
 from runners.worker.receiver import ACK_TRIES, ResultKind
 from tests.support.worker_fixtures import (
-    JOURNALS,
     ControlPlane,
-    ManualClock,
     ScriptedExecutor,
     Worker,
     file_journal,
@@ -38,22 +34,6 @@ from tests.support.worker_fixtures import (
 )
 
 S = JournalState
-
-
-@pytest.fixture(params=sorted(JOURNALS))
-def journal(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JournalStore]:
-    store = JOURNALS[request.param](tmp_path / "journal")
-    store.acquire()
-    yield store
-    with contextlib.suppress(Exception):
-        store.release()
-
-
-@pytest.fixture
-def control(tmp_path: Path) -> Iterator[ControlPlane]:
-    plane = ControlPlane(tmp_path / "control.sqlite3", ManualClock())
-    yield plane
-    plane.close()
 
 
 def _files(root: Path) -> list[str]:

@@ -8,10 +8,6 @@ and its authenticator answer (`MemoryReceipts`; the real receipt files are exerc
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from kernel.journal_audit import AuditEntry, AuditResult
@@ -25,9 +21,7 @@ from runners.journal_port import JournalError, JournalStore
 from runners.worker.ports import ControlPlaneUnavailable, LeaseAck
 from runners.worker.recovery import CoordinatorOutcome, StartupSupervisor
 from tests.support.worker_fixtures import (
-    JOURNALS,
     ControlPlane,
-    ManualClock,
     MemoryReceipts,
     ScriptedExecutor,
     ScriptedInspector,
@@ -74,22 +68,6 @@ class OrderedReceipts(MemoryReceipts):
         ok = super().delete(attempt_id)
         self.log.append(f"receipt_delete:{ok}")
         return ok
-
-
-@pytest.fixture(params=sorted(JOURNALS))
-def journal(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JournalStore]:
-    store = JOURNALS[request.param](tmp_path / "journal")
-    store.acquire()
-    yield store
-    with contextlib.suppress(Exception):
-        store.release()
-
-
-@pytest.fixture
-def control(tmp_path: Path) -> Iterator[ControlPlane]:
-    plane = ControlPlane(tmp_path / "control.sqlite3", ManualClock())
-    yield plane
-    plane.close()
 
 
 def _running(
