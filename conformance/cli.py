@@ -12,11 +12,11 @@ After the replay, `qlk conform` runs the guard mode (every runner whose adapter 
 storage port: a stale variant of every guard of every write path must be refused) and, for the
 edge runner, the kill mode (SIGKILL at every statement boundary of every write path); for the
 cluster runner, the kill mode and the terminate mode (`pg_terminate_backend` of the runner's
-backend at every statement boundary, `runners.cluster.kill`).
+backend at every statement boundary, `conformance.run.kill_cluster`).
 
 `--component journal` replays the journal corpus (`conformance/traces/journal/`, SPEC §7
 component `journal`) against the file and/or SQLite journal adapter on real temporary roots
-(`conformance.journal_replay`); guard and kill modes are run-component modes.
+(`conformance.journal.replay`); guard and kill modes are run-component modes.
 
 Exit status: 0 when every applicable trace passed and no stale write or kill broke the state, 1
 on any divergence, 2 on bad usage (with a one-line error that says what to fix).
@@ -27,28 +27,29 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from conformance.corpus import RUN_CORPUS, read_text, read_trace, trace_paths
-from conformance.factories import AdapterFactory, FactoryError, resolve
-from conformance.guards import GUARDS, probe_every_write
-from conformance.journal_corpus import main as journal_corpus_main
-from conformance.journal_replay import ADAPTERS as JOURNAL_ADAPTERS
-from conformance.journal_replay import (
+from conformance.journal.corpus import main as journal_corpus_main
+from conformance.journal.replay import ADAPTERS as JOURNAL_ADAPTERS
+from conformance.journal.replay import (
     fault_counts,
     journal_trace_paths,
     resolve_binding,
     run_journal_corpus,
 )
-from conformance.journal_trace import JOURNAL_CORPUS, is_journal_text, show_lines
-from conformance.journal_trace import loads as load_journal
-from conformance.projection import changes
-from conformance.replay import step_label
+from conformance.journal.trace import JOURNAL_CORPUS, is_journal_text, show_lines
+from conformance.journal.trace import loads as load_journal
 from conformance.report import ProgressBar, render_divergences, run_corpus, write_junit
-from conformance.trace import Step, TraceFormatError, canonical
+from conformance.run.corpus import RUN_CORPUS, read_text, read_trace, trace_paths
+from conformance.run.factories import AdapterFactory, FactoryError, resolve
+from conformance.run.guards import GUARDS, probe_every_write
+from conformance.run.projection import changes
+from conformance.run.replay import step_label
+from conformance.run.trace import Step, TraceFormatError, canonical
 
 EXIT_DIVERGED = 1
 EXIT_USAGE = 2
@@ -128,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
         choices=("run", "journal"),
         default="run",
         help="run (default: python -m model_tests.corpus) or journal "
-        "(python -m conformance.journal_corpus)",
+        "(python -m conformance.journal.corpus)",
     )
     return parser
 
@@ -176,7 +177,7 @@ def _conform(args: argparse.Namespace, stream: TextIO) -> int:
         resolve(args.runner, dsn=dsn)  # a bad runner name fails before any output
         return _conform_on(args, stream, root, paths, dsn)
     # Imported only here: an edge run never loads the PostgreSQL runner (CAD-10).
-    local_server = importlib.import_module("runners.cluster.local_server")
+    local_server = importlib.import_module("conformance.run.local_server")
     try:
         with local_server.ensure_dsn(
             args.dsn, announce=lambda m: print(f"qlk conform: {m}", file=stream)
@@ -275,7 +276,7 @@ def _conform_journal(args: argparse.Namespace, stream: TextIO) -> int:
 
 
 def _guard_mode(factory: AdapterFactory, root: Path, stream: TextIO) -> int:
-    """Every guard of every write path, probed with a stale write (`conformance.guards`)."""
+    """Every guard of every write path, probed with a stale write (`conformance.run.guards`)."""
     report = probe_every_write(factory, root)
     if report.not_applicable:
         print(f"guard mode: not applicable (runner lacks: {GUARDS})", file=stream)
@@ -295,7 +296,7 @@ def _guard_mode(factory: AdapterFactory, root: Path, stream: TextIO) -> int:
 
 def _kill_mode(root: Path, stream: TextIO) -> int:
     """The edge runner's kill mode over the same traces (RUN-06, RETRY-10)."""
-    kill = importlib.import_module("runners.edge.kill")
+    kill = importlib.import_module("conformance.run.kill_edge")
     results = kill.kill_every_write(root)
     kills = sum(r.kills for r in results)
     failures = [line for r in results for line in r.failures]
@@ -313,7 +314,7 @@ def _cluster_kill_mode(root: Path, dsn: str, stream: TextIO) -> int:
     """The cluster runner's kill mode and terminate mode over the same traces (RUN-06,
     RETRY-10): a client SIGKILLed, then the runner's backend terminated by the server, at every
     statement boundary of every write path."""
-    kill = importlib.import_module("runners.cluster.kill")
+    kill = importlib.import_module("conformance.run.kill_cluster")
     killed = kill.kill_every_write(root, dsn)
     torn = [line for r in killed for line in r.failures]
     print(
@@ -401,14 +402,15 @@ def _step_line(step: Step) -> str:
 
 
 def _generate(check: bool) -> int:
-    try:
-        corpus = importlib.import_module("model_tests.corpus.__main__")
-    except ImportError:
+    """The run corpus is recorded by the models (`python -m model_tests.corpus`), which only a
+    source checkout has; conformance never imports them (the import contract), it runs them."""
+    root = Path.cwd()
+    if not (root / "model_tests" / "corpus" / "__main__.py").is_file():
         raise UsageError(
             "traces generate needs a source checkout (model_tests/): run it from the repository"
-        ) from None
-    result: int = corpus.main(["--check"] if check else [])
-    return result
+        )
+    command = [sys.executable, "-m", "model_tests.corpus", *(["--check"] if check else [])]
+    return subprocess.run(command, cwd=root, check=False).returncode  # noqa: S603
 
 
 def _generate_journal(check: bool) -> int:

@@ -7,7 +7,7 @@ An adapter author runs
 and gets one test per trace: a divergence fails with the step, the command, both outcomes and
 the field-level diff; a trace needing a capability the runner does not declare is skipped with
 the capability named (reported, never passed). One more test, `ql3[RUNNER]::guard-mode`, probes
-every guard of every write path with a stale write (`conformance.guards`); it is skipped as not
+every guard of every write path with a stale write (`conformance.run.guards`); it is skipped as not
 applicable when the adapter does not expose its storage port (capability `guards`). Without
 `--ql3-runner` the plugin adds nothing.
 """
@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from conformance.corpus import RUN_CORPUS, read_trace, trace_paths
-from conformance.factories import AdapterFactory, FactoryError, resolve
-from conformance.guards import GUARDS, probe_every_write
-from conformance.replay import replay
+from conformance.run.corpus import RUN_CORPUS, read_trace, trace_paths
+from conformance.run.factories import AdapterFactory, FactoryError, resolve
+from conformance.run.guards import GUARDS, probe_every_write
+from conformance.run.replay import replay
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from conformance.corpus import RUN_CORPUS, read_trace, spec_id_of
-from conformance.factories import AdapterFactory, resolve
-from conformance.replay import TraceResult, replay
+from conformance.run.corpus import RUN_CORPUS, read_trace, spec_id_of
+from conformance.run.factories import AdapterFactory, resolve
+from conformance.run.replay import TraceResult, replay
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import secrets
 import sys
 
+from conformance.run.local_server import ensure_dsn
 from kernel import (
     AcknowledgeRunning,
     AcknowledgeStarting,
@@ -28,7 +29,6 @@ from kernel import (
     WorkerSession,
     WorkerSessionStatus,
 )
-from runners.cluster.local_server import ensure_dsn
 from runners.cluster.runtime import ClusterRuntime
 from runners.cluster.store import ClusterStore
 

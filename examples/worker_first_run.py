@@ -16,13 +16,13 @@ from pathlib import Path
 
 from kernel import AdmitRun, GrantLease, Secret, WorkerSession, WorkerSessionStatus
 from kernel.specs.journal import DeliveryKind
-from runners.edge.file_journal import FileJournal
-from runners.edge.posix_executor import PosixExecutor
-from runners.edge.receipts import CompletionReceiptStore
 from runners.edge.store import EdgeStore
 from runners.engine import execute
 from runners.worker.control_plane import EngineControlPlane, offer_for
-from runners.worker.posix import PosixExecutorPort, SpawnJournal
+from runners.worker.journal.file import FileJournal
+from runners.worker.posix.adapters import PosixExecutorPort, SpawnJournal
+from runners.worker.posix.executor import PosixExecutor
+from runners.worker.posix.receipts import CompletionReceiptStore
 from runners.worker.runtime import WorkerRuntime
 
 

@@ -81,15 +81,6 @@ from kernel.identity import (
     token_digest,
     validate_portable_id,
 )
-from kernel.journal_codec import JournalCorrupt, decode_record, encode_record
-from kernel.journal_record import (
-    JournalRecord,
-    Offer,
-    OfferCandidate,
-    OfferLease,
-    OfferWorker,
-    record_violations,
-)
 from kernel.outcomes import Applied, Outcome, Raced, Rejected, Replayed
 from kernel.specs.codes import Code
 from kernel.specs.invariants import Violation, check_invariants
@@ -134,11 +125,20 @@ from kernel.transitions import (
     renew_lease,
     request_cancel,
 )
+from kernel.worker.codec import JournalCorrupt, decode_record, encode_record
+from kernel.worker.record import (
+    JournalRecord,
+    Offer,
+    OfferCandidate,
+    OfferLease,
+    OfferWorker,
+    record_violations,
+)
 
 __version__ = "0.1.0"
 
-from kernel.transitions.offer_delivery import Accept, Continue, Merge, decide_delivery
-from kernel.transitions.offer_journal import JournalApplied, JournalOutcome, journal_step
+from kernel.worker.journal import JournalApplied, JournalOutcome, journal_step
+from kernel.worker.receiver import Accept, Continue, Merge, decide_delivery
 
 __all__ = [
     "COMMANDS_BY_NAME",

@@ -20,12 +20,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.adapter import StepResult
-from conformance.faults import Fault, FaultKind
-from conformance.pages import PageRequest, SourceQuery
-from conformance.projection import project
-from conformance.recorder import Recorder
-from conformance.trace import (
+from conformance.run.adapter import StepResult
+from conformance.run.faults import Fault, FaultKind
+from conformance.run.pages import PageRequest, SourceQuery
+from conformance.run.projection import project
+from conformance.run.recorder import Recorder
+from conformance.run.trace import (
     Expectation,
     Step,
     TokenNames,

@@ -11,7 +11,7 @@
   cluster, local startup recovery) must end with exactly the code of the §1.8.1 precedence after
   at most `max_attempts` Attempts, and never leave `retry_wait` early.
 
-Every command goes through a `conformance.recorder.Recorder`, so the reference store is the
+Every command goes through a `conformance.run.recorder.Recorder`, so the reference store is the
 system under model and every machine run can be written as a trace (`write_trace`,
 `record_trace`). The properties are checked by `@invariant`s after every step (see
 `model_tests.harness`); `STATS` counts steps, commands and invariant checks.
@@ -51,8 +51,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from conformance.pages import SourceQuery
-from conformance.trace import Trace, TraceHeader, dumps
+from conformance.run.pages import SourceQuery
+from conformance.run.trace import Trace, TraceHeader, dumps
 from kernel import (
     AcknowledgeRunning,
     AcknowledgeStarting,
@@ -426,7 +426,7 @@ class ModelMachine(RuleBasedStateMachine):
 
     def trace(self) -> Trace:
         """The recorded trace, its header's capabilities listing what the steps need (the
-        capability names of `conformance.adapter.ReferenceAdapter`). Every runner persists
+        capability names of `conformance.run.adapter.ReferenceAdapter`). Every runner persists
         every kernel command, recovery commands included (the kernel decides, the store keeps
         rows); capabilities name what only some runners have: fault injection and the sources
         and page semantics of page steps (decision M-3)."""

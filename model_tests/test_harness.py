@@ -14,10 +14,10 @@ import jsonschema
 import pytest
 
 import kernel.transitions
-from conformance.adapter import ReferenceAdapter
-from conformance.recorder import Recorder
-from conformance.replay import replay
-from conformance.trace import dumps, loads
+from conformance.run.adapter import ReferenceAdapter
+from conformance.run.recorder import Recorder
+from conformance.run.replay import replay
+from conformance.run.trace import dumps, loads
 from kernel import (
     ExpireWithLease,
     LostRetryStep,
@@ -41,7 +41,7 @@ from model_tests.machines import (
 )
 
 SCHEMA = json.loads(
-    (Path(__file__).resolve().parents[1] / "conformance" / "trace.schema.json").read_text(
+    (Path(__file__).resolve().parents[1] / "conformance" / "run" / "trace.schema.json").read_text(
         encoding="utf-8"
     )
 )

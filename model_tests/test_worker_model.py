@@ -24,10 +24,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from kernel.journal_record import JournalRecord
 from kernel.specs.codes import Code
 from kernel.specs.journal import DeliveryKind, JournalState
-from kernel.transitions.offer_journal import HandleReturned, LaunchOutcomeUnknown
+from kernel.worker.journal import HandleReturned, LaunchOutcomeUnknown
+from kernel.worker.record import JournalRecord
 from model_tests.harness import STATS, ModelViolation
 from model_tests.worker_machine import (
     TRACE_DIR_ENV,

@@ -7,7 +7,7 @@ The system under model is the real Worker runtime of `runners.worker` (`Receiver
 real journal adapter (`FileJournal` by default, `SqliteJournal` with `ADAPTER = "sqlite"`) in
 a temporary directory made per machine run. Around it:
 
-- the control plane: the in-memory reference store (`conformance.reference.ReferenceStore`,
+- the control plane: the in-memory reference store (`conformance.run.reference.ReferenceStore`,
   the oracle of the Run domain) behind `EngineControlPlane`; 1-3 Runs admitted and granted to
   the Worker `w1` at setup, more later (at most 3 unfinished at a time, 10 per run); one manual
   clock shared by both sides;
@@ -57,7 +57,7 @@ Attempt, a completion or a start failure the Worker did not cause; §3.15 no los
 a released adapter refuses every operation; S-1/INBOX-38 no result repr carries a token.
 
 Traces (SPEC §7, component `journal`, profile `worker`), plain JSON Lines written here with
-`json` (not `conformance.trace`, whose codec is the Run domain's and the journal adapters'):
+`json` (not `conformance.run.trace`, whose codec is the Run domain's and the journal adapters'):
 a header line `{"trace_version", "name", "component", "profile", "seed", "kernel_version",
 "description", "capabilities"}`, then one line per step `{"step", "command": {"name",
 "args"}, "observed_at_ms", "fault"?, "expect"}`. `args` carry ids, versions, counts and kinds
@@ -108,14 +108,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import kernel
-from conformance.reference import ReferenceStore
-from conformance.trace import TRACE_VERSION
+from conformance.run.reference import ReferenceStore
+from conformance.run.trace import TRACE_VERSION
 from kernel.commands import AdmitRun, GrantLease
 from kernel.entities import RunAggregate, WorkerSession
 from kernel.identity import Secret, token_digest
-from kernel.journal_coordinator import ACCEPTED_COMPLETION, CompletionSubmission
-from kernel.journal_reconciler import ControlPlaneView, Inspection
-from kernel.journal_record import JournalRecord, Offer, OfferLease, record_violations
 from kernel.outcomes import Applied
 from kernel.specs.budgets import Paging
 from kernel.specs.codes import Code
@@ -136,17 +133,19 @@ from kernel.specs.states import (
     StopResult,
     WorkerSessionStatus,
 )
+from kernel.worker.coordinator import ACCEPTED_COMPLETION, CompletionSubmission
+from kernel.worker.reconciler import ControlPlaneView, Inspection
+from kernel.worker.record import JournalRecord, Offer, OfferLease, record_violations
 from model_tests.harness import STATS, ModelViolation, require
 from model_tests.machines import Budget, budget_settings
-from runners.edge.file_journal import FileJournal, _Os
-from runners.edge.journal_lock import JournalOwnership, RefreshTimer
-from runners.edge.receipts import CompletionReceiptStore, Receipt, ReceiptAuthenticator
-from runners.edge.sqlite_journal import SqliteJournal
 from runners.engine import execute
-from runners.journal_port import JournalError, JournalPage
 from runners.passes import lease_expiry_page
 from runners.worker.auditor import AuditRefused, StartupAuditor
 from runners.worker.control_plane import EngineControlPlane, offer_for
+from runners.worker.journal.file import FileJournal, _Os
+from runners.worker.journal.lock import JournalOwnership, RefreshTimer
+from runners.worker.journal.port import JournalError, JournalPage
+from runners.worker.journal.sqlite import SqliteJournal
 from runners.worker.lease_lifecycle import LeaseLossReason, WorkerLeaseLifecycle
 from runners.worker.lease_loss import LeaseLossCoordinator
 from runners.worker.ports import (
@@ -156,7 +155,8 @@ from runners.worker.ports import (
     LeaseAck,
     PrepareRefused,
 )
-from runners.worker.posix import ReceiptEvidence, TokenContextFactory
+from runners.worker.posix.adapters import ReceiptEvidence, TokenContextFactory
+from runners.worker.posix.receipts import CompletionReceiptStore, Receipt, ReceiptAuthenticator
 from runners.worker.receiver import DeliveryResult, Receiver, ResultKind
 from runners.worker.recovery import (
     Coordinator,

@@ -81,7 +81,7 @@ def product_files() -> list[Path]:
 
 def test_the_product_tree_is_scanned() -> None:
     files = {p.relative_to(ROOT).as_posix() for p in product_files()}
-    assert {"runners/edge/store.py", "runners/engine.py", "conformance/replay.py"} <= files
+    assert {"runners/edge/store.py", "runners/engine.py", "conformance/run/replay.py"} <= files
 
 
 def test_no_sql_is_built_by_string_formatting() -> None:

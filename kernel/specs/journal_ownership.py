@@ -1,7 +1,7 @@
 """Journal ownership rules (SPEC §3.9 W-1..W-7, ADR-0021 §4) as data.
 
 The states and the allowed transitions of one owner of a journal root. The lock itself (a directory,
-its mtime, the refresh timer) is I/O and lives in `runners/edge/journal_lock.py`; this module only
+its mtime, the refresh timer) is I/O and lives in `runners/worker/journal/lock.py`; this module only
 says which state follows which and what an operation fails with when ownership is not held.
 
 - `OWNERSHIP_TRANSITIONS` maps `(state, trigger)` to the next state. An absent pair changes nothing:

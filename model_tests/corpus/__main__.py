@@ -17,8 +17,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from conformance.corpus import RUN_CORPUS, read_text, trace_paths, write_text
-from conformance.trace import Trace, dumps
+from conformance.run.corpus import RUN_CORPUS, read_text, trace_paths, write_text
+from conformance.run.trace import Trace, dumps
 from kernel.specs.states import Profile
 from model_tests.corpus.scenarios import SCENARIOS
 from model_tests.machines import record_trace

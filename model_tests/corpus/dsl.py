@@ -1,6 +1,6 @@
 """A small recording language for the named scenario traces (issue 3, item 4a).
 
-A `Scenario` drives the reference store through a `conformance.recorder.Recorder` and **checks
+A `Scenario` drives the reference store through a `conformance.run.recorder.Recorder` and **checks
 every step it is told to expect** while recording, so a named trace cannot silently stop showing
 what its name claims: if the kernel's behaviour changes, regeneration fails at the step whose
 expectation broke (and the committed trace fails replay in CI).
@@ -14,11 +14,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from conformance.adapter import StepResult
-from conformance.faults import Fault, FaultKind
-from conformance.pages import LostRetryPass, SourceQuery
-from conformance.recorder import Recorder
-from conformance.trace import Trace, TraceCommand, TraceHeader, trace_token
+from conformance.run.adapter import StepResult
+from conformance.run.faults import Fault, FaultKind
+from conformance.run.pages import LostRetryPass, SourceQuery
+from conformance.run.recorder import Recorder
+from conformance.run.trace import Trace, TraceCommand, TraceHeader, trace_token
 from kernel import (
     AcknowledgeRunning,
     AcknowledgeStarting,

@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from conformance.faults import Fault, FaultKind
-from conformance.trace import Trace
+from conformance.run.faults import Fault, FaultKind
+from conformance.run.trace import Trace
 from kernel import (
     AcknowledgeRunning,
     AcknowledgeStarting,

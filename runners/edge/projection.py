@@ -3,7 +3,7 @@
 It opens its own read-only connection to the database file and reads the tables with the
 statements of `sql/projection.sql`, bypassing the runner's loads and row mapping, so a runner
 cannot hide a wrong row; and, being another connection, it sees only what was committed. It
-builds exactly the canonical projection of `conformance.projection.project`: rows as dicts keyed
+builds exactly the canonical projection of `conformance.run.projection.project`: rows as dicts keyed
 by the entity field names, sorted by primary key, enums as their values, booleans as booleans,
 Event payloads as dicts, tokens only as the digests the tables hold. Conformance only: the
 runtime's single connection (FP-2) is the store's own.

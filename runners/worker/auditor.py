@@ -24,7 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from kernel.journal_audit import (
+from kernel.outcomes import Rejected
+from kernel.specs.budgets import Paging
+from kernel.specs.codes import Code
+from kernel.worker.auditor import (
     AuditEntry,
     AuditPage,
     AuditProgress,
@@ -34,12 +37,9 @@ from kernel.journal_audit import (
     check_budget,
     entry,
 )
-from kernel.journal_codec import JournalCorrupt
-from kernel.journal_record import JournalRecord
-from kernel.outcomes import Rejected
-from kernel.specs.budgets import Paging
-from kernel.specs.codes import Code
-from runners.journal_port import JournalError, JournalPage
+from kernel.worker.codec import JournalCorrupt
+from kernel.worker.record import JournalRecord
+from runners.worker.journal.port import JournalError, JournalPage
 
 __all__ = ["AuditRefused", "AuditedJournal", "StartupAuditor"]
 

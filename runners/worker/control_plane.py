@@ -26,11 +26,11 @@ from kernel.commands import (
 )
 from kernel.entities import RunAggregate, WorkerSession
 from kernel.identity import Secret, execution_spec_digest, offer_id
-from kernel.journal_coordinator import CompletionSubmission
-from kernel.journal_record import Offer, OfferCandidate, OfferLease, OfferWorker
 from kernel.outcomes import Outcome
 from kernel.specs.journal import DeliveryKind
 from kernel.specs.states import LeaseStatus
+from kernel.worker.coordinator import CompletionSubmission
+from kernel.worker.record import Offer, OfferCandidate, OfferLease, OfferWorker
 from runners.engine import Storage, execute_observed
 from runners.worker.ports import Clock, ControlPlaneUnavailable, LeaseAck
 

@@ -28,7 +28,6 @@ import threading
 from dataclasses import dataclass
 from typing import Protocol
 
-from kernel.journal_audit import AuditResult
 from kernel.specs.budgets import Paging
 from kernel.specs.codes import Code
 from kernel.specs.inbox_lifecycle import (
@@ -38,8 +37,9 @@ from kernel.specs.inbox_lifecycle import (
     InboxTrigger,
     next_inbox_state,
 )
-from runners.journal_port import JournalError, JournalPage
+from kernel.worker.auditor import AuditResult
 from runners.worker.auditor import AuditRefused, StartupAuditor
+from runners.worker.journal.port import JournalError, JournalPage
 
 __all__ = [
     "InboxEdge",

@@ -22,9 +22,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from kernel.journal_record import OfferLease
 from kernel.specs.codes import Code
 from kernel.specs.limits import LEASE_DURATION_MAX_MS, LEASE_DURATION_MIN_MS
+from kernel.worker.record import OfferLease
 from runners.worker.ports import Clock, ControlPlaneClient, ControlPlaneUnavailable, LeaseAck
 
 

@@ -3,7 +3,7 @@ INBOX-41).
 
 `LeaseLossCoordinator.on_lost(snapshot, reason)` is what the Worker lease lifecycle's
 synchronous notification calls (`runners.worker.lease_lifecycle`). Per notification, in the
-kernel's order (`kernel.journal_lease_loss`): recompute the offer id from the snapshot's
+kernel's order (`kernel.worker.lease_loss`): recompute the offer id from the snapshot's
 authority and read the record; the full authority must match; a completed or already
 lease-lost record is left alone; only a state that may own local execution proceeds; with no
 durable handle write `lease_lost_local_execution_unverified`; otherwise ask the controller to
@@ -22,7 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kernel.identity import offer_id as derive_offer_id
-from kernel.journal_lease_loss import (
+from kernel.specs.codes import Code
+from kernel.specs.states import StopResult
+from kernel.worker.journal import LeaseLost
+from kernel.worker.lease_loss import (
     Finish,
     LeaseLossResult,
     StopHandle,
@@ -31,12 +34,9 @@ from kernel.journal_lease_loss import (
     quiet_after_conflict,
     result_of,
 )
-from kernel.journal_record import JournalRecord, OfferLease
-from kernel.specs.codes import Code
-from kernel.specs.states import StopResult
-from kernel.transitions.offer_journal import LeaseLost
-from runners.journal_port import JournalError, JournalStore
+from kernel.worker.record import JournalRecord, OfferLease
 from runners.worker.in_flight import InFlight
+from runners.worker.journal.port import JournalError, JournalStore
 from runners.worker.lease_lifecycle import LeaseLossReason
 from runners.worker.ports import Controller
 from runners.worker.recovery import write_step

@@ -14,7 +14,7 @@ adapters and the real POSIX executor, or against a model that crashes at any cal
 - `Executor.start()`: called at most once per offer (I-J1). `ExecutorRefused(code)` is an
   explicit refusal (nothing ran); any other exception is an ambiguous start.
 - `PersistedExecutionInspector` / `PersistedExecutionController`: durable-identity probes and
-  stops (`runners.edge.posix_executor` on POSIX).
+  stops (`runners.worker.posix.executor` on POSIX).
 
 Results and errors carry ids, codes, versions and times only (S-1).
 """
@@ -26,11 +26,11 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from kernel.identity import Secret
-from kernel.journal_coordinator import CompletionSubmission
-from kernel.journal_reconciler import Inspection
-from kernel.journal_record import JournalRecord, OfferLease
 from kernel.specs.codes import Code
 from kernel.specs.states import StopResult
+from kernel.worker.coordinator import CompletionSubmission
+from kernel.worker.reconciler import Inspection
+from kernel.worker.record import JournalRecord, OfferLease
 
 
 class ControlPlaneUnavailable(Exception):

@@ -2,7 +2,7 @@
 
 `Receiver.deliver(offer)` is what the authenticated transport calls for one delivery:
 
-1. validate (§3.8, `kernel.transitions.offer_delivery.decide_delivery`): every refusal before
+1. validate (§3.8, `kernel.worker.receiver.decide_delivery`): every refusal before
    any journal write;
 2. persist the offer as `accepted` (first publish), or merge a higher lease version into the
    known record and continue from its state (§3.7);
@@ -38,12 +38,10 @@ from dataclasses import dataclass
 
 from kernel.entities import WorkerSession
 from kernel.identity import IdentityError, is_offer_id, token_digest
-from kernel.journal_record import JournalRecord, Offer, OfferLease
 from kernel.outcomes import Rejected, Replayed
 from kernel.specs.codes import Code
 from kernel.specs.journal import JournalState, RecoveryReason
-from kernel.transitions.offer_delivery import Accept, Merge, decide_delivery
-from kernel.transitions.offer_journal import (
+from kernel.worker.journal import (
     ControlPlaneAlreadyRunning,
     ControlPlaneTerminal,
     DeliveryAccepted,
@@ -60,8 +58,10 @@ from kernel.transitions.offer_journal import (
     StartRefused,
     journal_step,
 )
-from runners.journal_port import JournalError, JournalStore
+from kernel.worker.receiver import Accept, Merge, decide_delivery
+from kernel.worker.record import JournalRecord, Offer, OfferLease
 from runners.worker.in_flight import InFlight
+from runners.worker.journal.port import JournalError, JournalStore
 from runners.worker.lease_lifecycle import WorkerLeaseLifecycle
 from runners.worker.ports import (
     Clock,

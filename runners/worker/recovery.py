@@ -1,16 +1,16 @@
 """Receipt-first recovery wired to the ports (SPEC §3.11-§3.13; INBOX-29..INBOX-38).
 
 - `Reconciler.reconcile(record, observed_at_ms, runtime, view)`: evidence only. It walks the
-  kernel's step machine (`kernel.journal_reconciler`): read the receipt, inspect only when
+  kernel's step machine (`kernel.worker.reconciler`): read the receipt, inspect only when
   there is none, re-read after `exited` and once more after the publish grace. Its ports are a
   receipt reader that authenticates (`ReceiptEvidence`) and the persisted-execution inspector:
   it has no start, stop, ACK or remove port.
-- `Coordinator`: the irreversible order for one record (`kernel.journal_coordinator`): submit
+- `Coordinator`: the irreversible order for one record (`kernel.worker.coordinator`): submit
   the completion with the journal's own fences, CAS-write `completion_acknowledged`, and only
   then delete the receipt; running-ACK recovery for `started` + `current` + `running` + no
   receipt. Concurrent recovery of one offer in one process is coalesced.
 - `StartupSupervisor.run(audit, observed_at_ms)`: one complete audit, the kernel's plan
-  (`kernel.journal_supervisor`), serially, one low-sensitivity code per failing item; the
+  (`kernel.worker.supervisor`), serially, one low-sensitivity code per failing item; the
   other items still run.
 
 Every result carries ids, states, evidence, codes, sequences, times and exit codes only (S-1).
@@ -25,8 +25,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kernel.entities import WorkerSession
-from kernel.journal_audit import AuditResult
-from kernel.journal_coordinator import (
+from kernel.outcomes import Rejected, Replayed
+from kernel.specs.codes import Code
+from kernel.specs.journal import JournalState
+from kernel.worker.auditor import AuditResult
+from kernel.worker.coordinator import (
     CompletionSubmission,
     DeleteReceipt,
     Finish,
@@ -37,7 +40,8 @@ from kernel.journal_coordinator import (
     plan_completion,
     running_ack_eligible,
 )
-from kernel.journal_reconciler import (
+from kernel.worker.journal import JournalEvent, LaunchOutcomeUnknown, journal_step
+from kernel.worker.reconciler import (
     CompletionObserved,
     ControlPlaneView,
     Done,
@@ -59,14 +63,10 @@ from kernel.journal_reconciler import (
     completion_submission,
     first_step,
 )
-from kernel.journal_record import JournalRecord
-from kernel.journal_supervisor import RecoveryAction, overall, plan_recovery
-from kernel.outcomes import Rejected, Replayed
-from kernel.specs.codes import Code
-from kernel.specs.journal import JournalState
-from kernel.transitions.offer_journal import JournalEvent, LaunchOutcomeUnknown, journal_step
-from runners.journal_port import JournalError, JournalStore
+from kernel.worker.record import JournalRecord
+from kernel.worker.supervisor import RecoveryAction, overall, plan_recovery
 from runners.worker.in_flight import InFlight
+from runners.worker.journal.port import JournalError, JournalStore
 from runners.worker.ports import ControlPlaneClient, ControlPlaneUnavailable, Inspector
 
 #: §3.11 step 4 [decision: default 100 ms], at most 5 s.

@@ -40,15 +40,15 @@ import enum
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from kernel.journal_lease_loss import check_retention_ms, retention_eligible
-from kernel.journal_record import JournalRecord
 from kernel.specs.budgets import HARD_LIMITS, IntRange, budget_for, check_in_range
 from kernel.specs.codes import Code
 from kernel.specs.journal import JournalState
 from kernel.specs.states import Profile
-from kernel.transitions.offer_journal import JournalApplied, RetentionDelete, journal_step
-from runners.edge.receipts import Receipt, ReceiptErrorCode, ReceiptStoreError
-from runners.journal_port import JournalError, JournalStore
+from kernel.worker.journal import JournalApplied, RetentionDelete, journal_step
+from kernel.worker.lease_loss import check_retention_ms, retention_eligible
+from kernel.worker.record import JournalRecord
+from runners.worker.journal.port import JournalError, JournalStore
+from runners.worker.posix.receipts import Receipt, ReceiptErrorCode, ReceiptStoreError
 
 __all__ = [
     "DEFAULT_DELETE_BUDGET",

@@ -20,22 +20,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kernel.entities import WorkerSession
-from kernel.journal_audit import AuditResult
-from kernel.journal_record import Offer, OfferLease
 from kernel.specs.budgets import Paging, budget_for
 from kernel.specs.codes import Code
 from kernel.specs.inbox_lifecycle import InboxState
 from kernel.specs.journal import JournalState
 from kernel.specs.limits import LEASE_DURATION_DEFAULT_MS
 from kernel.specs.states import Profile
-from kernel.transitions.offer_journal import LeaseVersionAdvanced
-from runners.edge.receipts import CompletionReceiptStore, ReceiptAuthenticator
-from runners.journal_port import JournalError, JournalStore, OwnedJournal
+from kernel.worker.auditor import AuditResult
+from kernel.worker.journal import LeaseVersionAdvanced
+from kernel.worker.record import Offer, OfferLease
 from runners.worker.inbox_lifecycle import (
     InboxStatus,
     RecoveryReport,
     WorkerExecutionOfferInboxLifecycle,
 )
+from runners.worker.journal.port import JournalError, JournalStore, OwnedJournal
 from runners.worker.lease_lifecycle import LeaseLossReason, TickResult, WorkerLeaseLifecycle
 from runners.worker.lease_loss import LeaseLossCoordinator
 from runners.worker.ports import (
@@ -46,12 +45,13 @@ from runners.worker.ports import (
     Executor,
     Inspector,
 )
-from runners.worker.posix import (
+from runners.worker.posix.adapters import (
     PosixController,
     PosixInspector,
     ReceiptEvidence,
     TokenContextFactory,
 )
+from runners.worker.posix.receipts import CompletionReceiptStore, ReceiptAuthenticator
 from runners.worker.receiver import DeliveryResult, Receiver, ResultKind
 from runners.worker.recovery import (
     DEFAULT_GRACE_MS,

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance import factories
 from conformance.cli import main
-from conformance.corpus import RUN_CORPUS, read_text
-from conformance.trace import canonical, projection_digest
+from conformance.run import factories
+from conformance.run.corpus import RUN_CORPUS, read_text
+from conformance.run.trace import canonical, projection_digest
 
 # The reference adapter without the cluster recovery source, importable by a child process.
 LACKING = "tests.support.adapters:WithoutClusterRecovery"
@@ -137,7 +137,7 @@ def test_bad_usage_exits_2_with_one_line_saying_what_to_fix(
 
 
 def test_cluster_without_a_dsn_says_how_to_give_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(factories.BUILTIN, "cluster", "conformance.adapter:ReferenceAdapter")
+    monkeypatch.setitem(factories.BUILTIN, "cluster", "conformance.run.adapter:ReferenceAdapter")
     with pytest.raises(factories.FactoryError, match="pass --dsn or set QL3_PG_DSN"):
         factories.resolve("cluster", dsn=None)
 

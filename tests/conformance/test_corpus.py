@@ -10,17 +10,19 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conformance.adapter import ReferenceAdapter
-from conformance.corpus import RUN_CORPUS, read_text, read_trace, spec_id_of, trace_paths
-from conformance.replay import replay
-from conformance.trace import dumps, loads
+from conformance.run.adapter import ReferenceAdapter
+from conformance.run.corpus import RUN_CORPUS, read_text, read_trace, spec_id_of, trace_paths
+from conformance.run.replay import replay
+from conformance.run.trace import dumps, loads
 from kernel.specs.properties import PROPERTIES
 from model_tests.corpus.__main__ import main as corpus_main
 
 PATHS = trace_paths()
 NAMED = [p for p in PATHS if p.parent == RUN_CORPUS]
 GENERATED = [p for p in PATHS if p.parent != RUN_CORPUS]
-SCHEMA = json.loads((RUN_CORPUS.parents[1] / "trace.schema.json").read_text(encoding="utf-8"))
+SCHEMA = json.loads(
+    (RUN_CORPUS.parents[1] / "run" / "trace.schema.json").read_text(encoding="utf-8")
+)
 CONF_ITEMS = sorted(
     p.id
     for p in PROPERTIES.values()

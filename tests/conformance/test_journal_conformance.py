@@ -20,16 +20,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conformance.cli import main as qlk
-from conformance.corpus import read_text, spec_id_of
-from conformance.journal_corpus import (
+from conformance.journal.corpus import (
     SCENARIOS,
     JournalRecorder,
     chain,
     crash,
     walk,
 )
-from conformance.journal_corpus import main as corpus_main
-from conformance.journal_replay import (
+from conformance.journal.corpus import main as corpus_main
+from conformance.journal.replay import (
     ADAPTERS,
     FileBinding,
     Instance,
@@ -41,7 +40,7 @@ from conformance.journal_replay import (
     replay,
     world_factory,
 )
-from conformance.journal_trace import (
+from conformance.journal.trace import (
     JOURNAL_CORPUS,
     JournalFault,
     JournalTrace,
@@ -51,17 +50,20 @@ from conformance.journal_trace import (
     projection_digest,
     show_lines,
 )
-from conformance.trace import TraceFormatError, canonical, trace_token
-from conformance.trace import loads as load_run_trace
-from kernel.journal_codec import encode_record
-from kernel.journal_record import JournalRecord
+from conformance.run.corpus import read_text, spec_id_of
+from conformance.run.trace import TraceFormatError, canonical, trace_token
+from conformance.run.trace import loads as load_run_trace
 from kernel.specs.codes import Code
 from kernel.specs.properties import PROPERTIES
-from runners.edge.file_journal import FileJournal
-from runners.journal_port import JournalError, JournalPage
+from kernel.worker.codec import encode_record
+from kernel.worker.record import JournalRecord
+from runners.worker.journal.file import FileJournal
+from runners.worker.journal.port import JournalError, JournalPage
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = json.loads((ROOT / "conformance" / "trace.schema.json").read_text(encoding="utf-8"))
+SCHEMA = json.loads(
+    (ROOT / "conformance" / "run" / "trace.schema.json").read_text(encoding="utf-8")
+)
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 PATHS = journal_trace_paths()
 NAMED = [p for p in PATHS if p.parent == JOURNAL_CORPUS]
@@ -136,7 +138,7 @@ def test_every_covered_conf_item_has_a_named_trace_that_says_so() -> None:
 def test_the_corpus_is_exactly_what_its_generator_writes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """`python -m conformance.journal_corpus --check`: every file equals a fresh recording,
+    """`python -m conformance.journal.corpus --check`: every file equals a fresh recording,
     none missing, none extra; `qlk traces generate --component journal --check` is the same."""
     assert corpus_main(["--check"]) == 0, capsys.readouterr().out
     assert qlk(["traces", "generate", "--component", "journal", "--check"]) == 0

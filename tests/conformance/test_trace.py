@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.adapter import ReferenceAdapter, StepResult
-from conformance.corpus import RUN_CORPUS, read_trace
-from conformance.faults import Fault, FaultKind
-from conformance.recorder import Recorder
-from conformance.replay import replay
-from conformance.trace import (
+from conformance.run.adapter import ReferenceAdapter, StepResult
+from conformance.run.corpus import RUN_CORPUS, read_trace
+from conformance.run.faults import Fault, FaultKind
+from conformance.run.recorder import Recorder
+from conformance.run.replay import replay
+from conformance.run.trace import (
     Expectation,
     Step,
     Trace,
@@ -32,7 +32,9 @@ from kernel import AdmitRun, Command
 from tests.support.sim import Sim, advance_clock, draw_command
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = json.loads((ROOT / "conformance" / "trace.schema.json").read_text(encoding="utf-8"))
+SCHEMA = json.loads(
+    (ROOT / "conformance" / "run" / "trace.schema.json").read_text(encoding="utf-8")
+)
 
 FAULTS = st.one_of(
     st.none(),
@@ -78,7 +80,7 @@ def test_codec_round_trips_exactly(data: st.DataObject) -> None:
 @settings(max_examples=20)
 @given(st.data())
 def test_every_line_matches_the_schema_and_replays(data: st.DataObject) -> None:
-    """Each recorded line validates against conformance/trace.schema.json, and the trace
+    """Each recorded line validates against conformance/run/trace.schema.json, and the trace
     replays on a fresh reference adapter with no divergence."""
     trace = record_random(data, 15)
     for line in dumps(trace).splitlines():

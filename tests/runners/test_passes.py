@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conformance.reference import ReferenceStore, ReferenceTransaction
+from conformance.run.reference import ReferenceStore, ReferenceTransaction
 from kernel import (
     AcknowledgeStarting,
     AdmitRun,

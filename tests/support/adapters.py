@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.adapter import ReferenceAdapter
+from conformance.run.adapter import ReferenceAdapter
 
 
 class WithoutClusterRecovery(ReferenceAdapter):

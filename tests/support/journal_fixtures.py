@@ -13,10 +13,9 @@ from hypothesis import strategies as st
 
 from kernel import Secret, token_digest
 from kernel.identity import execution_spec_digest, offer_id
-from kernel.journal_record import JournalRecord, Offer, OfferCandidate, OfferLease, OfferWorker
 from kernel.specs.journal import DeliveryKind
 from kernel.specs.states import LeaseStatus
-from kernel.transitions.offer_journal import (
+from kernel.worker.journal import (
     CompletionAcknowledged,
     ControlPlaneAlreadyRunning,
     ControlPlaneTerminal,
@@ -36,6 +35,7 @@ from kernel.transitions.offer_journal import (
     StartRefused,
     journal_step,
 )
+from kernel.worker.record import JournalRecord, Offer, OfferCandidate, OfferLease, OfferWorker
 
 T0 = 1_000_000
 LEASE_TOKEN = Secret.of("lease-token-for-the-journal-tests-0123456789", "lease_token")

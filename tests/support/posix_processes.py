@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kernel.identity import Secret, token_digest
-from runners.edge.posix_executor import DurableHandle, LaunchSpec, PosixExecutor, ProcFs
-from runners.edge.receipts import CompletionReceiptStore, ReceiptRecordFacts
+from runners.worker.posix.executor import DurableHandle, LaunchSpec, PosixExecutor, ProcFs
+from runners.worker.posix.receipts import CompletionReceiptStore, ReceiptRecordFacts
 
 SLEEP_30 = (sys.executable, "-c", "import time; time.sleep(30)")
 RUN_ID = "run-1"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-from conformance.trace import trace_token
+from conformance.run.trace import trace_token
 from kernel import (
     AcknowledgeRunning,
     AcknowledgeStarting,

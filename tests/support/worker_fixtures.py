@@ -20,19 +20,19 @@ from typing import Any
 from kernel.commands import AdmitRun, GrantLease
 from kernel.entities import RunAggregate, WorkerSession
 from kernel.identity import Secret
-from kernel.journal_coordinator import CompletionSubmission
-from kernel.journal_reconciler import Inspection, ReceiptCheck, ReceiptFacts
-from kernel.journal_record import JournalRecord, Offer, OfferLease
 from kernel.outcomes import Applied
 from kernel.specs.journal import DeliveryKind
 from kernel.specs.states import StopResult, WorkerSessionStatus
-from runners.edge.file_journal import FileJournal
-from runners.edge.journal_lock import JournalOwnership
-from runners.edge.sqlite_journal import SqliteJournal
+from kernel.worker.coordinator import CompletionSubmission
+from kernel.worker.reconciler import Inspection, ReceiptCheck, ReceiptFacts
+from kernel.worker.record import JournalRecord, Offer, OfferLease
 from runners.edge.store import EdgeStore
 from runners.engine import execute
-from runners.journal_port import JournalStore
 from runners.worker.control_plane import EngineControlPlane, offer_for
+from runners.worker.journal.file import FileJournal
+from runners.worker.journal.lock import JournalOwnership
+from runners.worker.journal.port import JournalStore
+from runners.worker.journal.sqlite import SqliteJournal
 from runners.worker.lease_lifecycle import LeaseLossReason, WorkerLeaseLifecycle
 from runners.worker.lease_loss import LeaseLossCoordinator
 from runners.worker.ports import (
@@ -41,7 +41,7 @@ from runners.worker.ports import (
     ExecutorRefused,
     LeaseAck,
 )
-from runners.worker.posix import TokenContextFactory
+from runners.worker.posix.adapters import TokenContextFactory
 from runners.worker.receiver import Receiver
 from runners.worker.recovery import Coordinator, ReceiptPort, Reconciler, StartupSupervisor
 

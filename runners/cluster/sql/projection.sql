@@ -1,6 +1,6 @@
 -- The backdoor reader (SPEC §7, ARCHITECTURE rule 6): reads the tables directly, on its own
 -- connection in a read-only transaction, bypassing the runner's loads, to build the canonical projection
--- (conformance/projection.py). Columns are the kernel entities' field names.
+-- (conformance/run/projection.py). Columns are the kernel entities' field names.
 
 -- name: project_runs
 SELECT run_id, project_id, task_id, task_revision, executor_type, kind, owner, status,

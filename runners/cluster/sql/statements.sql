@@ -213,7 +213,7 @@ DROP SCHEMA IF EXISTS {schema} CASCADE;
 
 -- ---------------------------------------------------------------- kill and terminate modes --
 -- name: backend_alive
--- Kill mode (runners/cluster/kill.py): whether a killed client's backend still exists, i.e.
+-- Kill mode (conformance/run/kill_cluster.py): whether a killed client's backend still exists, i.e.
 -- whether the server has not yet noticed the closed socket and aborted its transaction.
 SELECT count(*) FROM pg_stat_activity WHERE pid = %(pid)s;
 

@@ -6,8 +6,6 @@ import itertools
 
 import pytest
 
-from kernel.journal_audit import AuditResult, entry
-from kernel.journal_supervisor import plan_recovery
 from kernel.specs.codes import Code
 from kernel.specs.inbox_lifecycle import (
     HOLDS_OWNERSHIP,
@@ -19,6 +17,8 @@ from kernel.specs.inbox_lifecycle import (
     next_inbox_state,
 )
 from kernel.specs.journal import AUDIT_CLASSIFICATION, AuditClass
+from kernel.worker.auditor import AuditResult, entry
+from kernel.worker.supervisor import plan_recovery
 
 S, T = InboxState, InboxTrigger
 

@@ -3,7 +3,7 @@
 The DSN comes from one environment variable, `QL3_PG_DSN` (README; `.ci/run` exports
 `postgresql://postgres@127.0.0.1:5432/test` after making sure the server is up). When it is not
 set at all, the tests use a server that answers at that default DSN, or else start a throwaway
-local server for the session from the `pgserver` wheel (`runners.cluster.local_server`; issue 5
+local server for the session from the `pgserver` wheel (`conformance.run.local_server`; issue 5
 item 6: the README's test command works on a machine without PostgreSQL), and say which in the
 output. When `QL3_PG_DSN` is set but unreachable, under `CI=true` the test that needs it
 **fails**, never skips; elsewhere it is skipped with the reason, and a skipped test never counts
@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from runners.cluster.local_server import DEFAULT_DSN, NoPostgresError, ensure_dsn
+from conformance.run.local_server import DEFAULT_DSN, NoPostgresError, ensure_dsn
 
 _ANNOUNCED = pytest.StashKey[list[str]]()
 

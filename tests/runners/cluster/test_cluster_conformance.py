@@ -11,10 +11,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from conformance.corpus import RUN_CORPUS, read_trace, spec_id_of, trace_paths
-from conformance.guards import probe_every_write
-from conformance.replay import replay
-from runners.cluster.adapter import CAPABILITIES, make_cluster_adapter
+from conformance.run.cluster import CAPABILITIES, make_cluster_adapter
+from conformance.run.corpus import RUN_CORPUS, read_trace, spec_id_of, trace_paths
+from conformance.run.guards import probe_every_write
+from conformance.run.replay import replay
 
 NAMED = [p for p in trace_paths(RUN_CORPUS) if p.parent == RUN_CORPUS]
 

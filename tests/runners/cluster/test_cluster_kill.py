@@ -1,4 +1,5 @@
-"""Kill mode and terminate mode of the cluster runner (issue 5, item 2; `runners.cluster.kill`).
+"""Kill mode and terminate mode of the cluster runner (issue 5, item 2;
+`conformance.run.kill_cluster`).
 
 Over named traces that cover a lease grant, a completion and a lost-retry requeue: a client
 SIGKILLed at every statement boundary of every write path leaves exactly the before-state (killed
@@ -19,10 +20,10 @@ import psycopg
 import pytest
 
 from conformance.cli import main
-from conformance.corpus import RUN_CORPUS
+from conformance.run.corpus import RUN_CORPUS
+from conformance.run.kill_cluster import kill_every_write, terminate_every_write
 from kernel import Command, Outcome
 from runners import engine
-from runners.cluster.kill import kill_every_write, terminate_every_write
 from runners.cluster.store import ClusterStore, ClusterTransaction
 
 GRANT = "LEASE-02-each-mismatched-fence-field-rejected"

@@ -16,8 +16,8 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from runners.cluster import local_server
-from runners.cluster.local_server import (
+from conformance.run import local_server
+from conformance.run.local_server import (
     UNPRIVILEGED_USER,
     NoPostgresError,
     ensure_dsn,

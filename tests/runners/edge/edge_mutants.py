@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from conformance.corpus import RUN_CORPUS, read_trace, trace_paths
-from conformance.replay import Divergence, replay
+from conformance.run.corpus import RUN_CORPUS, read_trace, trace_paths
+from conformance.run.edge import make_edge_adapter
+from conformance.run.replay import Divergence, replay
 from kernel import AppendEvent, Effect, RunAggregate
 from runners.edge import named_sql, sources, store
-from runners.edge.adapter import make_edge_adapter
 from runners.edge.store import EdgeStore, EdgeTransaction
 
 #: Where each file's sections are looked up at execution time.
@@ -51,7 +51,8 @@ class Mutant:
     #: Named trace file-name prefixes replayed first (a speed hint, never the assertion).
     hints: tuple[str, ...] = ()
     #: The parts of `qlk conform` that must each catch this mutant: "corpus" (the replay),
-    #: "guards" (guard mode, `conformance.guards`), "kill" (kill mode, `runners.edge.kill`).
+    #: "guards" (guard mode, `conformance.run.guards`), "kill" (kill mode,
+    #: `conformance.run.kill_edge`).
     modes: tuple[str, ...] = ("corpus",)
     #: For guard mode: the (effect, guard) whose stale variant the mutant accepts.
     guard: tuple[str, str] | None = None

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance.corpus import RUN_CORPUS, read_trace, spec_id_of, trace_paths
-from conformance.replay import replay
+from conformance.run.corpus import RUN_CORPUS, read_trace, spec_id_of, trace_paths
+from conformance.run.edge import CAPABILITIES, EdgeAdapter, make_edge_adapter
+from conformance.run.replay import replay
 from kernel.specs.properties import PROPERTIES
-from runners.edge.adapter import CAPABILITIES, EdgeAdapter, make_edge_adapter
 
 CLUSTER_ONLY = frozenset({"cluster_recovery", "lost_retry_cluster"})
 PATHS = trace_paths()

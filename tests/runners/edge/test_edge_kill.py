@@ -9,8 +9,8 @@ from contextlib import contextmanager
 
 import pytest
 
+from conformance.run.kill_edge import kill_every_write
 from runners.edge.connection import SqliteAuthority
-from runners.edge.kill import kill_every_write
 
 
 @pytest.mark.spec("RUN-06", "RETRY-10")

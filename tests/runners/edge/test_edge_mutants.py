@@ -3,8 +3,9 @@
 
 `qlk conform` has three parts, and each mutant names the ones that must catch it (`modes`):
 the corpus replay (a trace diverges), the guard mode (the runner accepts a stale write that one
-of its guards should refuse, `conformance.guards`), and the kill mode (a SIGKILL at a statement
-boundary leaves a state that is neither the before- nor the after-state, `runners.edge.kill`).
+of its guards should refuse, `conformance.run.guards`), and the kill mode (a SIGKILL at a statement
+boundary leaves a state that is neither the before- nor the after-state,
+`conformance.run.kill_edge`).
 Every mutant is checked against every mode it names (run with `-s` for a table line per
 mutant: name, what caught it, seconds), and one mutant per mode goes through `qlk conform`
 end to end, which must exit 1 saying why.
@@ -21,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
-from conformance.corpus import RUN_CORPUS
-from conformance.guards import probe_every_write
+from conformance.run.corpus import RUN_CORPUS
+from conformance.run.edge import make_edge_adapter
+from conformance.run.guards import probe_every_write
+from conformance.run.kill_edge import kill_every_write
 from runners.edge import named_sql, sources, store
-from runners.edge.adapter import make_edge_adapter
-from runners.edge.kill import kill_every_write
 from runners.edge.store import EdgeStore
 from tests.runners.edge.edge_mutants import BY_NAME, MUTANTS, Mutant, hunt
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conformance.corpus import RUN_CORPUS
+from conformance.run.corpus import RUN_CORPUS
 
 ROOT = Path(__file__).resolve().parents[3]
 TRACES = (

@@ -4,7 +4,7 @@ For random aggregates persisted into a real SQLite file (any rows the schema adm
 states the kernel reaches, so the SQL must agree with the oracle everywhere), each of the seven
 SQL sources returns exactly the oracle's page: the same items in the same order, the same keys
 and cursor, the same `has_more`, for random limits 1..64 and random or walked cursors. The
-backdoor projection of the same file equals `conformance.projection.project`. And
+backdoor projection of the same file equals `conformance.run.projection.project`. And
 `EXPLAIN QUERY PLAN` shows every source query searching an index, never scanning a table.
 """
 
@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.projection import project
+from conformance.run.projection import project
 from kernel import (
     AppendEvent,
     Attempt,

@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from conformance.adapter import ConformanceAdapter, run_step
-from conformance.corpus import RUN_CORPUS
-from conformance.faults import Fault, FaultKind
-from conformance.reference import ReferenceStore
-from conformance.replay import replay
-from conformance.trace import loads
+from conformance.run.adapter import ConformanceAdapter, run_step
+from conformance.run.corpus import RUN_CORPUS
+from conformance.run.edge import EdgeAdapter
+from conformance.run.faults import Fault, FaultKind
+from conformance.run.reference import ReferenceStore
+from conformance.run.replay import replay
+from conformance.run.trace import loads
 from kernel import (
     AcknowledgeRunning,
     AcknowledgeStarting,
@@ -67,7 +68,6 @@ from kernel import (
 from kernel.specs.codes import Code
 from kernel.specs.states import Actor, AttemptStatus, CancelReason, LeaseStatus
 from runners.edge import migrate as migrate_module
-from runners.edge.adapter import EdgeAdapter
 from runners.edge.connection import EdgeConfigError
 from runners.edge.migrate import MigrationError, migrate, migrations, split_statements
 from runners.edge.named_sql import SOURCES, STATEMENTS, SqlFileError, parse_sections

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runners.journal_port import JournalStore
+from runners.worker.journal.port import JournalStore
 from tests.support.worker_fixtures import JOURNALS, ControlPlane, ManualClock
 
 

@@ -19,8 +19,6 @@ from typing import Literal
 
 import pytest
 
-from kernel.journal_audit import AuditResult
-from kernel.journal_record import JournalRecord
 from kernel.specs.budgets import Paging
 from kernel.specs.codes import Code
 from kernel.specs.journal import (
@@ -29,7 +27,8 @@ from kernel.specs.journal import (
     JournalState,
     RecoveryReason,
 )
-from kernel.transitions.offer_journal import (
+from kernel.worker.auditor import AuditResult
+from kernel.worker.journal import (
     ControlPlaneAlreadyRunning,
     ControlPlaneTerminal,
     FailStartAcknowledged,
@@ -40,10 +39,11 @@ from kernel.transitions.offer_journal import (
     PrepareFailed,
     journal_step,
 )
-from runners.edge.file_journal import FileJournal, record_name
-from runners.edge.sqlite_journal import DATABASE_NAME, SqliteJournal
-from runners.journal_port import JournalError, JournalPage
+from kernel.worker.record import JournalRecord
 from runners.worker.auditor import AuditRefused, StartupAuditor
+from runners.worker.journal.file import FileJournal, record_name
+from runners.worker.journal.port import JournalError, JournalPage
+from runners.worker.journal.sqlite import DATABASE_NAME, SqliteJournal
 from tests.support.journal_fixtures import CALLBACK_TOKEN, LEASE_TOKEN, revisions
 
 Kind = Literal["file", "sqlite"]

@@ -21,9 +21,6 @@ from typing import Literal
 import pytest
 
 from kernel.identity import Secret
-from kernel.journal_audit import AuditResult
-from kernel.journal_record import JournalRecord
-from kernel.journal_supervisor import RecoveryAction, overall, plan_recovery
 from kernel.outcomes import Rejected
 from kernel.specs.budgets import Paging
 from kernel.specs.codes import Code
@@ -34,28 +31,31 @@ from kernel.specs.inbox_lifecycle import (
     InboxState,
 )
 from kernel.specs.states import CompletionOutcome
-from kernel.transitions.offer_journal import (
+from kernel.worker.auditor import AuditResult
+from kernel.worker.journal import (
     FailStartAcknowledged,
     JournalApplied,
     PrepareFailed,
     journal_step,
 )
-from runners.edge.file_journal import FileJournal, record_name
-from runners.edge.journal_lock import (
-    LOCK_DIR_NAME,
-    REFRESH_THREAD_NAME,
-    JournalOwnership,
-    JournalOwnershipError,
-)
-from runners.edge.receipts import CompletionReceiptStore, Receipt
-from runners.edge.sqlite_journal import DATABASE_NAME, SqliteJournal
-from runners.journal_port import JournalPage
+from kernel.worker.record import JournalRecord
+from kernel.worker.supervisor import RecoveryAction, overall, plan_recovery
 from runners.worker.inbox_lifecycle import (
     InboxStatus,
     RecoveryReport,
     StartupRecovery,
     WorkerExecutionOfferInboxLifecycle,
 )
+from runners.worker.journal.file import FileJournal, record_name
+from runners.worker.journal.lock import (
+    LOCK_DIR_NAME,
+    REFRESH_THREAD_NAME,
+    JournalOwnership,
+    JournalOwnershipError,
+)
+from runners.worker.journal.port import JournalPage
+from runners.worker.journal.sqlite import DATABASE_NAME, SqliteJournal
+from runners.worker.posix.receipts import CompletionReceiptStore, Receipt
 from runners.worker.retention import cleanup_settled_receipt
 from tests.support.journal_fixtures import CALLBACK_TOKEN, LEASE_TOKEN, revisions
 

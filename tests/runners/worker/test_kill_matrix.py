@@ -1,13 +1,13 @@
 """The Worker kill matrix (issue 6 item 7, second half; SPEC §3.5, §3.7, §3.10-§3.13, §3.17).
 
-Real Worker processes (`python -m runners.worker.kill_worker`) are SIGKILLed at every journal
+Real Worker processes (`python -m conformance.journal.kill_worker`) are SIGKILLed at every journal
 state boundary (before and after each durable write of every §3.4 state), right after the
 executor's spawn line, right after `Executor.start()` returned, right after the control plane
 committed a completion, at lease-version merges, during a restart's own recovery, and by the
 harness at random delays; each while a real child runs through the real POSIX executor, on both
 journal adapters, against one real control-plane SQLite file shared by the harness and the
 Worker. After every kill the Worker is restarted on the same directories and session until the
-Attempt is terminal. `runners/worker/kill_matrix.py` holds the cases and the checks.
+Attempt is terminal. `conformance/journal/kill_matrix.py` holds the cases and the checks.
 
 CI runs `ci_cases()` (about 40 s: the cases run 12 at a time, because every restart waits out
 the dead owner's 5 s stale lock window). `QL3_KILL_MATRIX=deep` adds the nightly matrix: many
@@ -22,8 +22,7 @@ import secrets
 
 import pytest
 
-from kernel.specs.journal import JournalState
-from runners.worker.kill_matrix import (
+from conformance.journal.kill_matrix import (
     ADAPTERS,
     Case,
     CaseResult,
@@ -33,6 +32,7 @@ from runners.worker.kill_matrix import (
     run_matrix,
     sabotage_cases,
 )
+from kernel.specs.journal import JournalState
 
 DEEP = os.environ.get("QL3_KILL_MATRIX", "") == "deep"
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from kernel.journal_record import OfferLease
 from kernel.specs.codes import Code
 from kernel.specs.journal import DeliveryKind, JournalState, RecoveryReason
 from kernel.specs.states import Profile, WorkerSessionStatus
-from runners.journal_port import JournalStore
+from kernel.worker.record import OfferLease
 from runners.passes import lease_expiry_page
+from runners.worker.journal.port import JournalStore
 from runners.worker.lease_lifecycle import LeaseLossReason
 from runners.worker.ports import ControlPlaneUnavailable, LeaseAck
 from runners.worker.receiver import ACK_TRIES, ResultKind

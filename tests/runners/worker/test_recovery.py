@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.journal_audit import AuditEntry, AuditResult
-from kernel.journal_coordinator import CompletionSubmission
-from kernel.journal_reconciler import Inspection, ReceiptFacts, UnknownInboxReason
-from kernel.journal_record import JournalRecord
 from kernel.specs.codes import Code
 from kernel.specs.journal import AuditClass, DeliveryKind, JournalState, RecoveryReason
 from kernel.specs.states import CompletionOutcome
-from runners.journal_port import JournalError, JournalStore
+from kernel.worker.auditor import AuditEntry, AuditResult
+from kernel.worker.coordinator import CompletionSubmission
+from kernel.worker.reconciler import Inspection, ReceiptFacts, UnknownInboxReason
+from kernel.worker.record import JournalRecord
+from runners.worker.journal.port import JournalError, JournalStore
 from runners.worker.ports import ControlPlaneUnavailable, LeaseAck
 from runners.worker.recovery import CoordinatorOutcome, StartupSupervisor
 from tests.support.worker_fixtures import (

@@ -25,11 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel.identity import Secret
-from kernel.journal_record import JournalRecord, OfferCandidate
 from kernel.specs.codes import Code
 from kernel.specs.journal import LEASE_LOST_REASONS, JournalState
 from kernel.specs.states import CompletionOutcome
-from kernel.transitions.offer_journal import (
+from kernel.worker.journal import (
     CompletionAcknowledged,
     ControlPlaneAlreadyRunning,
     ControlPlaneTerminal,
@@ -46,15 +45,16 @@ from kernel.transitions.offer_journal import (
     StartingAcknowledged,
     journal_step,
 )
-from runners.edge.file_journal import FileJournal, _Os, record_name
-from runners.edge.receipts import (
+from kernel.worker.record import JournalRecord, OfferCandidate
+from runners.worker.journal.file import FileJournal, _Os, record_name
+from runners.worker.journal.port import JournalError, JournalPage
+from runners.worker.journal.sqlite import DATABASE_NAME, SqliteJournal
+from runners.worker.posix.receipts import (
     CompletionReceiptStore,
     Receipt,
     ReceiptDeleteError,
     ReceiptErrorCode,
 )
-from runners.edge.sqlite_journal import DATABASE_NAME, SqliteJournal
-from runners.journal_port import JournalError, JournalPage
 from runners.worker.retention import (
     DEFAULT_DELETE_BUDGET,
     DEFAULT_PAGE_SIZE,

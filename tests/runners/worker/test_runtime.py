@@ -14,11 +14,11 @@ import pytest
 from kernel.specs.codes import Code
 from kernel.specs.inbox_lifecycle import InboxState
 from kernel.specs.journal import DeliveryKind, JournalState, RecoveryReason
-from runners.edge.file_journal import FileJournal
-from runners.edge.posix_executor import PosixExecutor
-from runners.edge.receipts import CompletionReceiptStore
-from runners.edge.sqlite_journal import SqliteJournal
-from runners.worker.posix import PosixExecutorPort, SpawnJournal
+from runners.worker.journal.file import FileJournal
+from runners.worker.journal.sqlite import SqliteJournal
+from runners.worker.posix.adapters import PosixExecutorPort, SpawnJournal
+from runners.worker.posix.executor import PosixExecutor
+from runners.worker.posix.receipts import CompletionReceiptStore
 from runners.worker.receiver import ResultKind
 from runners.worker.runtime import WorkerRuntime
 from tests.support.posix_processes import wait_until

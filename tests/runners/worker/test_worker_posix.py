@@ -20,23 +20,27 @@ from pathlib import Path
 import pytest
 
 from kernel.identity import Secret
-from kernel.journal_reconciler import ReceiptCheck, UnknownInboxReason
-from kernel.journal_record import JournalRecord
 from kernel.specs.journal import DeliveryKind, JournalState, RecoveryReason
 from kernel.specs.states import Profile
-from runners.edge.file_journal import FileJournal
-from runners.edge.journal_lock import JournalOwnership
-from runners.edge.posix_executor import PosixExecutor
-from runners.edge.receipts import CompletionReceiptStore, ReceiptAuthenticator, decode_receipt
+from kernel.worker.reconciler import ReceiptCheck, UnknownInboxReason
+from kernel.worker.record import JournalRecord
 from runners.passes import lease_expiry_page
+from runners.worker.journal.file import FileJournal
+from runners.worker.journal.lock import JournalOwnership
 from runners.worker.ports import ExecutionContext
-from runners.worker.posix import (
+from runners.worker.posix.adapters import (
     PosixController,
     PosixExecutorPort,
     PosixInspector,
     ReceiptEvidence,
     SpawnJournal,
     TokenContextFactory,
+)
+from runners.worker.posix.executor import PosixExecutor
+from runners.worker.posix.receipts import (
+    CompletionReceiptStore,
+    ReceiptAuthenticator,
+    decode_receipt,
 )
 from runners.worker.recovery import CoordinatorOutcome
 from tests.support.posix_processes import wait_until

@@ -1,0 +1,290 @@
+"""The reference journal: the oracle of the journal conformance suite (SPEC §7), in memory.
+
+`ReferenceJournal` implements the journal port (`runners.worker.journal.port.JournalStore`) with the
+ownership operations, from SPEC §3.9 and the kernel alone (no adapter code): the durable state of
+a root is a map from offer id to the stored bytes (`kernel.worker.codec.encode_record`, exactly
+what both adapters store), so corruption is a value like any other and a read decodes what is
+there (F-9: corrupt bytes are reported, never skipped or deleted). Every operation checks in the
+order the adapters do, so that when two refusals apply both name the same code:
+
+    every operation   W-1 ownership (JOURNAL_NOT_OWNED in unowned/released)
+    create            revision 0, F-2 size, exists (JOURNAL_RECORD_EXISTS), F-7 capacity
+    replace           revision = expected + 1, F-2 size, the stored revision (missing or other:
+                      JOURNAL_REVISION_CONFLICT; undecodable: JOURNAL_CORRUPT)
+    remove            offer id, the stored revision as for replace
+    read, list        offer ids and limit 1..64 (`ValueError`), then decode what is listed
+
+A fault armed with `arm()` fires at the one write point of the next mutation, after every check
+passed (an operation refused earlier never reaches it, as in the adapters): a crash before commit
+changes nothing, a crash after commit applies the change, both raise `SimulatedCrash`; an
+`io_error` changes nothing and fails `JOURNAL_PERMISSIONS`.
+
+`ReferenceWorld` is the reference behind the journal world of a trace (`conformance.
+journal_replay.JournalWorld`): the instance under test (`main`), a `rival` owner of the same root,
+restarts and backdoor corruption. It is what `conformance.journal.corpus` records traces from; it
+is never itself a runner under test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from conformance.journal.trace import (
+    DEFAULT_CAPACITY,
+    RECORD_MAX,
+    JournalCommand,
+    JournalFault,
+    JournalProjection,
+    Operation,
+    OpResult,
+    SimulatedCrash,
+    call_store,
+    damaged,
+    decode_operation,
+    projection,
+)
+from kernel.specs.budgets import HARD_LIMITS
+from kernel.specs.codes import Code
+from kernel.specs.journal_ownership import (
+    REFUSAL_CODES,
+    OwnershipState,
+    OwnershipTrigger,
+    next_ownership_state,
+)
+from kernel.worker.codec import JournalCorrupt, decode_record, encode_record
+from kernel.worker.record import JournalRecord
+from runners.worker.journal.port import JournalError, JournalPage
+
+__all__ = ["ReferenceJournal", "ReferenceRoot", "ReferenceWorld"]
+
+_OFFER_ID: Final = re.compile(r"[0-9a-f]{64}")
+_PAGE_MAX: Final = HARD_LIMITS.journal_list_page_max
+_CAPACITY_MAX: Final = HARD_LIMITS.journal_capacity_max
+_IDS = itertools.count(1)
+
+
+@dataclass
+class ReferenceRoot:
+    """The durable state of one journal root: stored bytes by offer id, and the lock holder."""
+
+    stored: dict[str, bytes] = field(default_factory=dict)
+    holder: int | None = None  # the `instance_id` of the owner whose lock is in the root
+
+
+def _offer_id(value: object) -> str:
+    if not isinstance(value, str) or _OFFER_ID.fullmatch(value) is None:
+        raise ValueError("offer_id: must be 64 lowercase hex digits")
+    return value
+
+
+class ReferenceJournal:
+    """One would-be owner of a `ReferenceRoot` with the journal port (see the module doc)."""
+
+    def __init__(self, root: ReferenceRoot, *, capacity: int = DEFAULT_CAPACITY) -> None:
+        if type(capacity) is not int or not 1 <= capacity <= _CAPACITY_MAX:
+            raise ValueError(f"capacity: must be 1..{_CAPACITY_MAX} (F-7)")
+        self.root = root
+        self.capacity = capacity
+        self.instance_id = next(_IDS)
+        self.state = OwnershipState.UNOWNED
+        self._fault: JournalFault | None = None
+        self.touched = False
+        self.fired = False
+
+    def __repr__(self) -> str:
+        return f"ReferenceJournal(state={self.state.value}, capacity={self.capacity})"
+
+    # -- faults --------------------------------------------------------------------------------
+    def arm(self, fault: JournalFault | None) -> None:
+        """The fault of the next mutation (None: none); resets `touched` and `fired`."""
+        self._fault = fault
+        self.touched = False
+        self.fired = False
+
+    def _write(self, apply: Callable[[], object]) -> None:
+        """The one write point of a mutation: every check passed."""
+        self.touched = True
+        fault, self._fault = self._fault, None
+        if fault is None:
+            apply()
+            return
+        self.fired = True
+        if fault.kind == "crash_before_commit":
+            raise SimulatedCrash("crash before commit")
+        if fault.kind == "crash_after_commit":
+            apply()
+            raise SimulatedCrash("crash after commit")
+        if fault.kind == "io_error":
+            raise JournalError(Code.JOURNAL_PERMISSIONS, f"{fault.at}:{fault.errno}")
+        raise ValueError(f"fault {fault.kind}: not a mutation fault")  # pragma: no cover
+
+    # -- ownership (W-1..W-7 as the kernel's data) -------------------------------------------
+    def _transition(self, trigger: OwnershipTrigger) -> None:
+        after = next_ownership_state(self.state, trigger)
+        assert after is not None, (self.state, trigger)
+        self.state = after
+
+    def _refusal(self) -> JournalError:
+        return JournalError(REFUSAL_CODES[self.state], "ownership")
+
+    def acquire(self) -> None:
+        if self.state is OwnershipState.OWNED:
+            return
+        if self.state is OwnershipState.COMPROMISED:
+            raise self._refusal()
+        if self.root.holder is not None:
+            raise JournalError(Code.JOURNAL_LOCKED, "lock_held")
+        self.root.holder = self.instance_id
+        self._transition(OwnershipTrigger.ACQUIRED)
+
+    def release(self) -> None:
+        if self.state is OwnershipState.RELEASED:
+            return
+        if self.state is not OwnershipState.OWNED:
+            raise self._refusal()
+        self.root.holder = None
+        self._transition(OwnershipTrigger.RELEASED)
+
+    def _require_owned(self) -> None:
+        if self.state is not OwnershipState.OWNED:
+            raise self._refusal()
+
+    # -- the port --------------------------------------------------------------------------
+    @staticmethod
+    def _encode(record: JournalRecord) -> bytes:
+        data = encode_record(record)
+        if len(data) > RECORD_MAX:
+            raise JournalError(Code.JOURNAL_RECORD_TOO_LARGE, "record_size")
+        return data
+
+    def _stored(self, offer_id: str) -> JournalRecord | None:
+        data = self.root.stored.get(offer_id)
+        if data is None:
+            return None
+        try:
+            if not 0 < len(data) <= RECORD_MAX:
+                raise JournalCorrupt("size")
+            return decode_record(data, offer_id)
+        except JournalCorrupt as exc:
+            raise JournalError(Code.JOURNAL_CORRUPT, exc.field) from None
+
+    def create(self, record: JournalRecord) -> None:
+        self._require_owned()
+        if record.revision != 0:
+            raise JournalError(Code.JOURNAL_REVISION_CONFLICT, "create_requires_revision_0")
+        data = self._encode(record)
+        stored = self.root.stored
+        if record.offer_id in stored:
+            raise JournalError(Code.JOURNAL_RECORD_EXISTS, "exists")
+        if len(stored) >= self.capacity:
+            raise JournalError(Code.JOURNAL_FULL, "capacity")  # F-7: nothing is evicted
+        self._write(lambda: stored.__setitem__(record.offer_id, data))
+
+    def replace(self, record: JournalRecord, expected_revision: int) -> None:
+        self._require_owned()
+        if type(expected_revision) is not int or record.revision != expected_revision + 1:
+            raise JournalError(Code.JOURNAL_REVISION_CONFLICT, "revision_not_expected_plus_1")
+        data = self._encode(record)
+        current = self._stored(record.offer_id)
+        if current is None:
+            raise JournalError(Code.JOURNAL_REVISION_CONFLICT, "missing")
+        if current.revision != expected_revision:
+            raise JournalError(Code.JOURNAL_REVISION_CONFLICT, "stored_revision")
+        stored = self.root.stored
+        self._write(lambda: stored.__setitem__(record.offer_id, data))
+
+    def remove(self, offer_id: str, expected_revision: int) -> None:
+        self._require_owned()
+        _offer_id(offer_id)
+        current = self._stored(offer_id)
+        if current is None:
+            raise JournalError(Code.JOURNAL_REVISION_CONFLICT, "missing")
+        if type(expected_revision) is not int or current.revision != expected_revision:
+            raise JournalError(Code.JOURNAL_REVISION_CONFLICT, "stored_revision")
+        stored = self.root.stored
+        self._write(lambda: stored.__delitem__(offer_id))
+
+    def read(self, offer_id: str) -> JournalRecord | None:
+        self._require_owned()
+        return self._stored(_offer_id(offer_id))
+
+    def list(self, after: str | None, limit: int) -> JournalPage:
+        self._require_owned()
+        if type(limit) is not int or not 1 <= limit <= _PAGE_MAX:
+            raise ValueError(f"limit: must be 1..{_PAGE_MAX}")
+        if after is not None:
+            _offer_id(after)
+        later = sorted(oid for oid in self.root.stored if after is None or oid > after)
+        records = []
+        for oid in later[:limit]:
+            found = self._stored(oid)
+            assert found is not None
+            records.append(found)
+        cursor = records[-1].offer_id if records else after
+        return JournalPage(tuple(records), cursor, len(later) > limit)
+
+
+class ReferenceWorld:
+    """The reference behind a journal trace: `main` (restarted by `reopen`), a `rival` owner of
+    the same root, and the backdoor (see the module docstring). Concurrent operations run one
+    after another in the order given; `race_acquire` lets `main` try first."""
+
+    name = "reference"
+    capabilities = frozenset({"faults", "corruption", "second_process", "concurrency"})
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        self.capacity = capacity
+        self.root = ReferenceRoot()
+        self.main = ReferenceJournal(self.root, capacity=capacity)
+        self.rival = ReferenceJournal(self.root, capacity=capacity)
+        self.crashed = False  # the main instance died at a fault; only `reopen` follows
+
+    def _store(self, actor: str) -> ReferenceJournal:
+        if actor == "rival":
+            return self.rival
+        if self.crashed:
+            raise RuntimeError("the main instance crashed: a reopen step must come first")
+        return self.main
+
+    def call(self, actor: str, command: JournalCommand, fault: JournalFault | None) -> OpResult:
+        store = self._store(actor)
+        store.arm(fault)
+        result = call_store(store, decode_operation(command))
+        touched = store.touched
+        store.arm(None)
+        if result.kind == "crashed":
+            self.crashed = True
+        return OpResult(result.kind, result.code, result.result, result.reason, touched)
+
+    def concurrent(self, commands: Sequence[JournalCommand]) -> list[OpResult]:
+        return [self.call("main", command, None) for command in commands]
+
+    def race_acquire(self) -> tuple[OpResult, OpResult]:
+        acquire = JournalCommand("acquire", {})
+        return self.call("main", acquire, None), self.call("rival", acquire, None)
+
+    def reopen(self) -> OpResult:
+        """Restart: the old main instance's lock is released (a dead process's lock, cleared as
+        a stale reclaim would), a new instance acquires."""
+        if self.main.state is OwnershipState.OWNED:
+            self.main.release()
+        self.crashed = False
+        self.main = ReferenceJournal(self.root, capacity=self.capacity)
+        return call_store(self.main, Operation("acquire"))
+
+    def corrupt(self, offer_id: str, damage: str) -> OpResult:
+        data = self.root.stored.get(offer_id)
+        if data is None:
+            raise RuntimeError("corrupt: the offer has no stored bytes")
+        self.root.stored[offer_id] = damaged(data, damage)
+        return OpResult("ok")
+
+    def project(self) -> JournalProjection:
+        return projection((oid, data, None) for oid, data in self.root.stored.items())
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,133 @@
+"""The conformance adapter port (SPEC §7) and the reference adapter over the oracle.
+
+A runner joins the suite through `ConformanceAdapter`: apply a command at an observation time,
+optionally with a fault; answer a page step (a source query or a lost-retry page,
+`conformance.run.pages`); `project()` the canonical state through a backdoor reader; `reopen()`;
+and declare `capabilities`. `run_step` gives every fault the same meaning for every store that
+implements the storage port, so only the store differs between adapters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from conformance.run.faults import Fault, FaultKind, FaultyStorage, InjectedCrash, InjectedIOError
+from conformance.run.pages import PageRequest, run_page
+from conformance.run.projection import Projection
+from conformance.run.reference import ReferenceStore
+from kernel import Command
+from runners.engine import Storage, execute
+from runners.sources import Sources
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What the caller saw: an outcome kind and code, or `crashed` / `error` / `reopened`; for
+    a page step, kind `page` (or `error` for a page stopped closed) and the page itself."""
+
+    kind: str
+    code: str | None
+    page: dict[str, Any] | None = None
+
+
+class ConformanceAdapter(Protocol):
+    name: str
+    capabilities: frozenset[str]
+
+    def apply(
+        self, command: Command | None, observed_at_ms: int, fault: Fault | None
+    ) -> StepResult: ...
+
+    def page(
+        self, request: PageRequest, observed_at_ms: int, fault: Fault | None
+    ) -> StepResult: ...
+
+    def project(self) -> Projection: ...
+
+    def reopen(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def run_step(
+    storage: Storage, command: Command | None, observed_at_ms: int, fault: Fault | None
+) -> StepResult:
+    """Apply one trace step to a store through the engine, with its fault."""
+    if fault is not None and fault.kind is FaultKind.REOPEN:
+        return StepResult("reopened", None)
+    assert command is not None
+    target = FaultyStorage(storage, fault)
+    try:
+        outcome = execute(target, command, observed_at_ms)
+        if fault is not None and fault.kind is FaultKind.DUPLICATE_DELIVERY:
+            outcome = execute(storage, command, observed_at_ms)
+    except InjectedCrash:
+        return StepResult("crashed", None)
+    except InjectedIOError:
+        return StepResult("error", None)
+    return StepResult(outcome.kind.value, outcome.code.value)
+
+
+class AdaptedStore(Storage, Sources, Protocol):
+    """What `StoreAdapter` needs of a store: the engine's storage port, the candidate sources
+    and its own backdoor projection (the edge, cluster and reference stores all are one)."""
+
+    def project(self) -> Projection: ...
+
+
+class StoreAdapter:
+    """The one shape of every adapter over a store: commands and faults through `run_step`,
+    page steps through `run_page`, `project()` through the store's backdoor reader. A subclass
+    names itself, declares its capabilities, builds `store`, and says what `reopen()` and
+    `close()` mean for it (a file reopened, a schema dropped, nothing for the oracle)."""
+
+    name: str
+    capabilities: frozenset[str]
+    store: AdaptedStore
+
+    def apply(
+        self, command: Command | None, observed_at_ms: int, fault: Fault | None
+    ) -> StepResult:
+        return run_step(self.store, command, observed_at_ms, fault)
+
+    def page(self, request: PageRequest, observed_at_ms: int, fault: Fault | None) -> StepResult:
+        result = run_page(self.store, self.store, request, observed_at_ms, fault)
+        return StepResult(result.kind, result.code, result.page)
+
+    def project(self) -> Projection:
+        return self.store.project()
+
+    def reopen(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class ReferenceAdapter(StoreAdapter):
+    """The oracle behind the adapter port. `reopen` keeps the committed state, as a database
+    file survives a process restart."""
+
+    name = "reference"
+    capabilities = frozenset(
+        {
+            "run",
+            "faults",
+            "sources",
+            "cluster_recovery",
+            "local_recovery",
+            "lost_retry_local",
+            "lost_retry_cluster",
+            "guards",
+        }
+    )
+
+    def __init__(self) -> None:
+        self.store: ReferenceStore = ReferenceStore()
+
+    def reopen(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,282 @@
+"""Guard mode: every guard of every write path is enforced by the store itself (V-1, V-2;
+issue 4 items 1 and 6).
+
+The kernel checks the fence on the aggregate it was given, and every effect it returns carries
+the guard that aggregate implies: `UpdateRun` the Run version it read (V-1), `UpdateAttempt` the
+previous status and lease-version mirror, `UpdatePolicy` the policy version, `UpdateLease` the
+lease version, status, key `(attempt_id, lease_generation)` and token digest (V-2, the fence at
+the resource), and every insert its key. A trace replayed serially never meets a stale write:
+the load and the write share one transaction, so a runner that silently dropped a guard from its
+`WHERE` would pass every trace and still lose updates the day two writers race (a second replica,
+a second process on the same file, a runner bug that reads outside its transaction).
+
+Guard mode makes that visible without a race. For the first applied occurrence of every
+`(command, outcome code)` pair in the corpus, in the state its trace built, it opens one
+transaction per probe on the runner's own store, loads the aggregate, asks the kernel for the
+effects, executes the effects before the probed one as they are, then executes a **stale
+variant** of the probed effect: one guard field changed to a value the durable row does not have
+(an older version, another status, another lease generation or token digest), or, for an insert,
+the same row a second time. The store must refuse it with `StaleWrite` (zero rows, or a key
+collision); the probe's transaction is then rolled back, and after all probes of a write the
+projection must equal the state before them. Anything the store accepts is reported.
+
+Guard mode needs the runner's storage port (`runners.engine.Storage`), so an adapter opts in by
+declaring the capability `guards` and exposing it as `adapter.store`; an adapter without it is
+reported as not applicable for guard mode, never as passed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from conformance.run.adapter import ConformanceAdapter
+from conformance.run.corpus import RUN_CORPUS, read_trace, trace_paths
+from conformance.run.projection import diff
+from conformance.run.replay import apply_step
+from conformance.run.trace import Step, decode_trace_command
+from kernel import (
+    AppendEvent,
+    Applied,
+    Command,
+    Effect,
+    InsertAttempt,
+    InsertLease,
+    InsertPolicy,
+    InsertRun,
+    UpdateAttempt,
+    UpdateLease,
+    UpdatePolicy,
+    UpdateRun,
+    apply,
+)
+from kernel.outcomes import Rejected
+from kernel.specs.states import AttemptStatus, LeaseStatus
+from runners.engine import StaleWrite, Storage, load_for
+
+#: The capability an adapter declares when `adapter.store` is the engine's storage port.
+GUARDS = "guards"
+
+#: A token digest no lease is ever granted with (64 hex digits, not a digest of any token).
+_FOREIGN_DIGEST = "0" * 63 + "f"
+
+
+@dataclass(frozen=True, slots=True)
+class StaleVariant:
+    """One probe: the effect at `index` with guard `guard` made stale. `effects` is what the
+    transaction executes in order; the last one must be refused."""
+
+    index: int
+    effect: str
+    guard: str
+    effects: tuple[Effect, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.effect}[{self.index}].{self.guard}"
+
+
+def _other_attempt_status(status: AttemptStatus) -> AttemptStatus:
+    return next(s for s in AttemptStatus if s is not status)
+
+
+def _other_lease_status(status: LeaseStatus) -> LeaseStatus:
+    return next(s for s in LeaseStatus if s is not status)
+
+
+def stale_variants(effect: Effect) -> Iterator[tuple[str, tuple[Effect, ...]]]:
+    """Every guard of one effect, each made stale: `(guard name, statements to execute)`.
+    The last effect of each tuple is the one the store must refuse."""
+    if isinstance(effect, UpdateRun):
+        yield (
+            "version",
+            (dataclasses.replace(effect, expected_version=effect.expected_version - 1),),
+        )
+    elif isinstance(effect, UpdateAttempt):
+        status = _other_attempt_status(effect.expected_status)
+        yield "status", (dataclasses.replace(effect, expected_status=status),)
+        mirror = effect.expected_lease_version
+        stale_mirror = 1 if mirror is None else mirror + 1
+        yield "lease_version", (dataclasses.replace(effect, expected_lease_version=stale_mirror),)
+    elif isinstance(effect, UpdatePolicy):
+        yield (
+            "version",
+            (dataclasses.replace(effect, expected_version=effect.expected_version - 1),),
+        )
+    elif isinstance(effect, UpdateLease):
+        row = effect.row
+        yield (
+            "version",
+            (dataclasses.replace(effect, expected_version=effect.expected_version - 1),),
+        )
+        lease_status = _other_lease_status(effect.expected_status)
+        yield "status", (dataclasses.replace(effect, expected_status=lease_status),)
+        other_generation = dataclasses.replace(row, lease_generation=row.lease_generation + 1)
+        yield "lease_generation", (dataclasses.replace(effect, row=other_generation),)
+        forged = dataclasses.replace(row, token_digest=_FOREIGN_DIGEST)
+        yield "token_digest", (dataclasses.replace(effect, row=forged),)
+    elif isinstance(effect, InsertRun | InsertAttempt | InsertPolicy | InsertLease):
+        yield "duplicate", (effect, effect)
+    elif isinstance(effect, AppendEvent):
+        yield "duplicate", (effect, effect)
+        event = effect.event
+        # Same (run_id, dedupe_key), fresh id and seq: the dedupe key alone must refuse it.
+        again = dataclasses.replace(
+            event, event_id=f"{event.event_id}:again", seq=event.seq + 1_000_000
+        )
+        yield "dedupe_key", (effect, AppendEvent(again))
+
+
+def variants_of(effects: Sequence[Effect]) -> Iterator[StaleVariant]:
+    """Every stale variant of every effect, preceded by the effects before it, as they are."""
+    for index, effect in enumerate(effects):
+        prefix = tuple(effects[:index])
+        for guard, tail in stale_variants(effect):
+            yield StaleVariant(index, type(effect).__name__, guard, prefix + tail)
+
+
+@dataclass(frozen=True, slots=True)
+class GuardWrite:
+    """One write path probed: where it comes from and what the store did with each probe."""
+
+    trace: str
+    step: int
+    command: str
+    code: str
+    probes: int
+    accepted: tuple[str, ...]  # one line per stale write the store accepted
+
+    @property
+    def label(self) -> str:
+        return f"{self.command}:{self.code} ({self.trace} step {self.step})"
+
+
+@dataclass(frozen=True, slots=True)
+class GuardReport:
+    writes: tuple[GuardWrite, ...]
+    not_applicable: bool = False
+
+    @property
+    def probes(self) -> int:
+        return sum(w.probes for w in self.writes)
+
+    @property
+    def failures(self) -> list[str]:
+        return [line for w in self.writes for line in w.accepted]
+
+
+class _Abort(Exception):
+    """Raised inside a probe's transaction so the store rolls it back."""
+
+
+def _probe(store: Storage, command: Command, at: int, variant: StaleVariant) -> str | None:
+    """Run one probe; `None` when the store refused the stale write, else what happened."""
+    accepted = False
+    try:
+        with store.transaction() as tx:
+            outcome = apply(load_for(tx, command), command, at)
+            if not isinstance(outcome, Applied):
+                return f"the kernel now answers {outcome.kind.value} {outcome.code.value}"
+            *before, stale = variant.effects
+            for effect in before:
+                tx.execute(effect)
+            try:
+                tx.execute(stale)
+            except StaleWrite:
+                pass
+            else:
+                accepted = True
+            raise _Abort
+    except _Abort:
+        pass
+    except StaleWrite as exc:  # an effect before the probed one failed: the path is broken
+        return f"an untouched effect before the probe was refused ({exc})"
+    return "accepted" if accepted else None
+
+
+def probe_write(
+    store: Storage, command: Command, at: int, project: Callable[[], Any]
+) -> tuple[int, list[str]]:
+    """Every stale variant of one write, from the store's current state. Returns the number of
+    probes and one line per failure (a stale write accepted, or a state changed by a probe)."""
+    before = project()
+    with store.transaction() as tx:
+        outcome = apply(load_for(tx, command), command, at)
+    if not isinstance(outcome, Applied):
+        return 0, [f"{command.name}: the kernel answers {outcome.kind.value}, not applied"]
+    failures: list[str] = []
+    probes = 0
+    for variant in variants_of(outcome.effects):
+        probes += 1
+        problem = _probe(store, command, at, variant)
+        if problem is not None:
+            failures.append(f"{command.name} {variant.label}: stale write {problem}")
+    changes = diff(before, project())
+    if changes:
+        failures.append(f"{command.name}: probes changed the state: {'; '.join(changes[:3])}")
+    return probes, failures
+
+
+def _write_of(step: Step) -> Command | None:
+    if step.command is None or step.fault is not None or step.expect.kind != "applied":
+        return None
+    command = decode_trace_command(step.command)
+    return None if isinstance(command, Rejected) else command
+
+
+def probe_every_write(
+    make_adapter: Callable[[], ConformanceAdapter],
+    root: Path = RUN_CORPUS,
+    paths: Sequence[Path] | None = None,
+) -> GuardReport:
+    """Guard mode over a corpus: the first applied occurrence of every (command, outcome code)
+    pair, named traces first, each probed in the state its own trace built."""
+    seen: set[tuple[str, str]] = set()
+    writes: list[GuardWrite] = []
+    for trace_path in trace_paths(root) if paths is None else paths:
+        trace = read_trace(trace_path)
+        pending = {
+            (s.command.name, s.expect.code or "")
+            for s in trace.steps
+            if _write_of(s) is not None and s.command is not None
+        }
+        if pending <= seen:
+            continue  # nothing new here: do not pay for the replay
+        adapter = make_adapter()
+        try:
+            if GUARDS not in adapter.capabilities:
+                return GuardReport((), not_applicable=True)
+            if not set(trace.header.capabilities) <= adapter.capabilities:
+                continue
+            store = cast(Storage, getattr(adapter, "store"))  # noqa: B009 - declared by GUARDS
+            at_step = 0
+            try:
+                for step in trace.steps:
+                    at_step = step.step
+                    command = _write_of(step)
+                    key = (command.name, step.expect.code or "") if command is not None else None
+                    if command is not None and key is not None and key not in seen:
+                        seen.add(key)
+                        probes, failures = probe_write(
+                            store, command, step.observed_at_ms, adapter.project
+                        )
+                        writes.append(
+                            GuardWrite(
+                                trace.header.name,
+                                step.step,
+                                command.name,
+                                key[1],
+                                probes,
+                                tuple(failures),
+                            )
+                        )
+                    apply_step(adapter, step)
+            except Exception as exc:  # a broken runner is a finding, not a crash of the suite
+                line = f"{trace.header.name} step {at_step}: the runner raised {type(exc).__name__}"
+                writes.append(GuardWrite(trace.header.name, at_step, "replay", "", 0, (line,)))
+        finally:
+            adapter.close()
+    return GuardReport(tuple(writes))

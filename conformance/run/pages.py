@@ -1,0 +1,199 @@
+"""Page steps of a trace: a read-only source query, and one lost-retry page (SPEC §1.8.2, §2.2,
+§2.3, §7; docs/trace-format.md).
+
+Source-related checklist items (RETRY-07, RETRY-12, RETRY-13, RETRY-15, RETRY-17, REC-01, REC-02,
+REC-07, REC-12) are about what a store's query returns and how a page of candidates is processed,
+not about one command. A `query` step asks a store's source (`runners.sources.Sources`) for one
+page and expects exactly the oracle's items, in order, and `has_more`; a `pass` step runs one
+lost-retry page through the engine (`runners.passes.lost_retry_page`) and expects the kernel's
+tally. Both give every store the same meaning through `run_page`, as `run_step` does for commands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from conformance.run.faults import Fault, FaultKind, InjectedIOError
+from kernel import Effect, RunAggregate
+from kernel.lost_retry_page import LostRetryPageResult
+from kernel.selection import Page
+from runners.engine import Storage, StorageTransaction
+from runners.passes import LostRetryUnavailable, lost_retry_page
+from runners.sources import Sources
+
+#: The sources a `query` step may name, with the parameters each needs beside `limit`.
+SOURCE_PARAMS: dict[str, tuple[str, ...]] = {
+    "lost_retry": ("observed_at_ms",),
+    "runtime_recovery": ("observed_at_ms",),
+    "lease_expiry": ("observed_at_ms", "after"),
+    "local_startup": ("after",),
+    "orphaned_created": ("process_started_at_ms", "after"),
+    "cancel_convergence": (),
+    "local_dispatch": ("local_executor_type", "after"),
+}
+
+#: The capability an adapter must declare to be asked a source or a page mode.
+SOURCE_CAPABILITIES: dict[str, str] = {
+    "lost_retry": "sources",
+    "runtime_recovery": "cluster_recovery",
+    "lease_expiry": "sources",
+    "local_startup": "local_recovery",
+    "orphaned_created": "local_recovery",
+    "cancel_convergence": "sources",
+    "local_dispatch": "sources",
+}
+LOCAL_PAGES = "lost_retry_local"  # RETRY-17 local: errored candidates are counted, page goes on
+CLUSTER_PAGES = "lost_retry_cluster"  # RETRY-17 cluster: the first error stops the page closed
+
+
+@dataclass(frozen=True, slots=True)
+class SourceQuery:
+    """One page of one source. `after` is the keyset cursor (a key of `kernel.selection`) for
+    sources that page; the other parameters are the source's own (see `SOURCE_PARAMS`)."""
+
+    source: str
+    limit: int
+    after: tuple[Any, ...] | None = None
+    process_started_at_ms: int | None = None
+    local_executor_type: str | None = None
+
+    @property
+    def capability(self) -> str:
+        return SOURCE_CAPABILITIES[self.source]
+
+
+@dataclass(frozen=True, slots=True)
+class LostRetryPass:
+    """One lost-retry page (§1.8.2). A requeue creates Attempt `<run_id>-<attempt_suffix>`
+    (ids are inputs); `fail_closed` selects the cluster semantics of RETRY-17."""
+
+    limit: int
+    fail_closed: bool
+    attempt_suffix: str
+
+    @property
+    def capability(self) -> str:
+        return CLUSTER_PAGES if self.fail_closed else LOCAL_PAGES
+
+    def new_attempt_id(self, run_id: str) -> str:
+        return f"{run_id}-{self.attempt_suffix}"
+
+
+PageRequest = SourceQuery | LostRetryPass
+
+
+@dataclass(frozen=True, slots=True)
+class PageResult:
+    """What a page step returned: `page` (kind `page`) or, for a cluster page stopped closed,
+    kind `error` with `LOST_RETRY_UNAVAILABLE` and the counts so far."""
+
+    kind: str
+    code: str | None
+    page: dict[str, Any]
+
+
+def page_view(page: Page[Any]) -> dict[str, Any]:
+    """The canonical form of a source page: items as `[run_id, attempt_id]` in order, `has_more`
+    and the cursor (the last item's key), as a trace stores it."""
+    return {
+        "items": [[c.run_id, c.attempt_id] for c in page.items],
+        "has_more": page.has_more,
+        "cursor": None if page.cursor is None else list(page.cursor),
+    }
+
+
+def tally_view(result: LostRetryPageResult) -> dict[str, Any]:
+    return {
+        "scanned": result.scanned,
+        "scheduled": result.scheduled,
+        "requeued": result.requeued,
+        "failed": result.failed,
+        "raced": result.raced,
+        "errored": result.errored,
+        "has_more": result.has_more,
+    }
+
+
+def query_page(sources: Sources, query: SourceQuery, observed_at_ms: int) -> Page[Any]:
+    """Ask a store's source for the page a `query` step names."""
+    after: Any = query.after
+    match query.source:
+        case "lost_retry":
+            return sources.lost_retry_candidates(observed_at_ms, query.limit)
+        case "runtime_recovery":
+            return sources.runtime_recovery_candidates(observed_at_ms, query.limit)
+        case "lease_expiry":
+            return sources.lease_expiry_candidates(observed_at_ms, query.limit, after)
+        case "local_startup":
+            return sources.local_startup_candidates(query.limit, after)
+        case "orphaned_created":
+            assert query.process_started_at_ms is not None
+            return sources.orphaned_created_candidates(
+                query.process_started_at_ms, query.limit, after
+            )
+        case "cancel_convergence":
+            return sources.cancel_convergence_candidates(query.limit)
+        case "local_dispatch":
+            assert query.local_executor_type is not None
+            return sources.local_dispatch_candidates(query.local_executor_type, query.limit, after)
+    raise ValueError(f"unknown source {query.source!r}")
+
+
+class _FailingTransaction:
+    def __init__(self, inner: StorageTransaction) -> None:
+        self._inner = inner
+
+    def load_run(self, run_id: str) -> RunAggregate | None:
+        return self._inner.load_run(run_id)
+
+    def load_run_of_attempt(self, attempt_id: str) -> RunAggregate | None:
+        return self._inner.load_run_of_attempt(attempt_id)
+
+    def execute(self, effect: Effect) -> None:
+        raise InjectedIOError("injected I/O error in a page candidate's transaction")
+
+
+class _CandidateFaultStorage:
+    """Fails the first statement of transaction number `at_candidate` (1-based): that candidate's
+    transaction rolls back with a storage error, as a lock or disk failure would."""
+
+    def __init__(self, inner: Storage, at_candidate: int) -> None:
+        self._inner = inner
+        self._at = at_candidate
+        self._opened = 0
+
+    @contextmanager
+    def transaction(self) -> Iterator[StorageTransaction]:
+        self._opened += 1
+        with self._inner.transaction() as tx:
+            yield _FailingTransaction(tx) if self._opened == self._at else tx
+
+
+def run_page(
+    storage: Storage,
+    sources: Sources,
+    request: PageRequest,
+    observed_at_ms: int,
+    fault: Fault | None,
+) -> PageResult:
+    """Apply one page step to a store. A `pass` may carry `io_error` with `at_candidate`."""
+    if isinstance(request, SourceQuery):
+        return PageResult("page", None, page_view(query_page(sources, request, observed_at_ms)))
+    target: Storage = storage
+    if fault is not None and fault.kind is FaultKind.IO_ERROR and fault.at_candidate is not None:
+        target = _CandidateFaultStorage(storage, fault.at_candidate)
+    try:
+        result = lost_retry_page(
+            target,
+            sources,
+            observed_at_ms,
+            request.limit,
+            request.new_attempt_id,
+            fail_closed=request.fail_closed,
+        )
+    except LostRetryUnavailable as stopped:
+        return PageResult("error", stopped.code.value, tally_view(stopped.partial))
+    return PageResult("page", None, tally_view(result))

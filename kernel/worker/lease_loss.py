@@ -1,0 +1,139 @@
+"""The lease-loss coordinator's decisions and retention eligibility, pure (SPEC §3.14, §3.15;
+INBOX-39..INBOX-41).
+
+Lease loss, per notification (§3.15): `decide_lease_loss(record, snapshot)` says what the
+coordinator does before any I/O: nothing (`not_found`, `authority_mismatch`,
+`already_completed`, `already_stopped`, `already_unverified`, `no_local_execution`), write
+`recovery_required(lease_lost_local_execution_unverified)` at once (no durable handle), or ask
+the controller to stop the durable handle. `after_stop(result)` maps the controller's answer
+to the journal event to write (`LeaseLost(stopped=...)`) or to nothing when the controller
+raised (so the stop can be retried explicitly). The coordinator holds no control-plane client:
+nothing here can mark a Run or Attempt `lost`.
+
+Retention (§3.14): only `completion_acknowledged` (aged from `completion_acknowledged_at_ms`)
+and `start_failure_acknowledged` (from `updated_at_ms`) records older than an explicit
+retention of 1 minute to 30 days are eligible; nothing else ever is.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from kernel.specs.budgets import HARD_LIMITS
+from kernel.specs.journal import LEASE_LOST_REASONS, JournalState, RecoveryReason
+from kernel.specs.states import StopResult
+from kernel.worker.journal import LeaseLost
+from kernel.worker.record import JournalRecord, OfferLease
+
+S = JournalState
+
+#: §3.15 step 4: the states that may own a local execution.
+MAY_OWN_EXECUTION = frozenset({S.LAUNCHING, S.STARTED, S.RUNNING_ACKNOWLEDGED, S.RECOVERY_REQUIRED})
+
+
+class LeaseLossResult(enum.StrEnum):
+    """§3.15 results [decision: names]."""
+
+    NOT_FOUND = "not_found"
+    AUTHORITY_MISMATCH = "authority_mismatch"
+    NO_LOCAL_EXECUTION = "no_local_execution"
+    ALREADY_COMPLETED = "already_completed"
+    ALREADY_STOPPED = "already_stopped"
+    ALREADY_UNVERIFIED = "already_unverified"
+    STOP_ACKNOWLEDGED = "stop_acknowledged"
+    STOP_UNVERIFIED = "stop_unverified"
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """Nothing to do: report `result`."""
+
+    result: LeaseLossResult
+
+
+@dataclass(frozen=True, slots=True)
+class WriteUnverified:
+    """No durable handle to stop (for example `launching`): write `_unverified` now."""
+
+    @property
+    def event(self) -> LeaseLost:
+        return LeaseLost(stopped=False)
+
+
+@dataclass(frozen=True, slots=True)
+class StopHandle:
+    """Ask `PersistedExecutionController.stop(handle, reason=reconcile)`, then `after_stop`."""
+
+    executor_handle: str
+
+
+LeaseLossDecision = Finish | WriteUnverified | StopHandle
+
+
+def _authority_matches(record: JournalRecord, snapshot: OfferLease) -> bool:
+    """Step 2: Run, Attempt, worker id, session, generation, lease generation and token; the
+    record's lease version may lag the lifecycle's."""
+    return record.offer.lease.same_authority(snapshot)
+
+
+def decide_lease_loss(record: JournalRecord | None, snapshot: OfferLease) -> LeaseLossDecision:
+    """§3.15 steps 1-6 up to the controller call. `record` is the one read for the offer id
+    recomputed from the snapshot's authority."""
+    if record is None:
+        return Finish(LeaseLossResult.NOT_FOUND)
+    if not _authority_matches(record, snapshot):
+        return Finish(LeaseLossResult.AUTHORITY_MISMATCH)
+    if record.state is S.COMPLETION_ACKNOWLEDGED:
+        return Finish(LeaseLossResult.ALREADY_COMPLETED)
+    if record.recovery_reason is RecoveryReason.LEASE_LOST_LOCAL_EXECUTION_STOPPED:
+        return Finish(LeaseLossResult.ALREADY_STOPPED)
+    if record.recovery_reason is RecoveryReason.LEASE_LOST_LOCAL_EXECUTION_UNVERIFIED:
+        return Finish(LeaseLossResult.ALREADY_UNVERIFIED)
+    if record.state not in MAY_OWN_EXECUTION:
+        return Finish(LeaseLossResult.NO_LOCAL_EXECUTION)
+    if record.executor_handle is None:
+        return WriteUnverified()
+    return StopHandle(record.executor_handle)
+
+
+def after_stop(result: StopResult | str | None) -> LeaseLost | None:
+    """§3.15 step 6: `termination_requested` / `already_exited` -> `_stopped`; any other
+    answer (missing handle, identity or PID mismatch, unsupported, invalid) -> `_unverified`;
+    `None` (the controller raised) -> write nothing."""
+    if result is None:
+        return None
+    return LeaseLost(
+        stopped=result in (StopResult.TERMINATION_REQUESTED, StopResult.ALREADY_EXITED)
+    )
+
+
+def result_of(event: LeaseLost) -> LeaseLossResult:
+    return LeaseLossResult.STOP_ACKNOWLEDGED if event.stopped else LeaseLossResult.STOP_UNVERIFIED
+
+
+def quiet_after_conflict(record: JournalRecord | None) -> bool:
+    """Step 7: after a revision conflict, finish quietly when the record is now completed or
+    already lease-lost (someone else settled it); otherwise the conflict is an error."""
+    return record is not None and (
+        record.state is S.COMPLETION_ACKNOWLEDGED or record.recovery_reason in LEASE_LOST_REASONS
+    )
+
+
+def check_retention_ms(retention_ms: int) -> None:
+    """§3.14: no default; 1 minute to 30 days. Raises `ValueError` otherwise."""
+    window = HARD_LIMITS.terminal_retention_ms
+    if retention_ms not in window:
+        raise ValueError(f"retention must be set explicitly, {window.minimum}..{window.maximum} ms")
+
+
+def retention_eligible(record: JournalRecord, observed_at_ms: int, retention_ms: int) -> bool:
+    """§3.14: a final record older than the retention; never an active, lease-lost or
+    `running_acknowledged` one (INBOX-07, INBOX-39, INBOX-41)."""
+    if record.state is S.COMPLETION_ACKNOWLEDGED:
+        since = record.completion_acknowledged_at_ms
+    elif record.state is S.START_FAILURE_ACKNOWLEDGED:
+        since = record.updated_at_ms
+    else:
+        return False
+    return since is not None and observed_at_ms - since > retention_ms
