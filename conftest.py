@@ -10,10 +10,16 @@ Traceability (SPEC §0.2: tests cite property ids with `@pytest.mark.spec("RUN-0
 - At collection every id in a `spec` marker must be registered in
   `kernel.specs.properties.PROPERTIES`; an unknown id (or an empty marker) is a usage error.
 - After a run of the whole default suite (no arguments, or paths that cover every configured
-  `testpaths` entry; no node ids, `-k`, `-m`, `--deselect`, `--lf` or `--sw`), every id of
-  `required_ids(CURRENT_ISSUE)` must be cited by at least one test that ran and passed (skipped and
-  xfailed tests do not count). Otherwise the missing ids are listed and the run fails.
+  `testpaths` entry; no node ids, `-k`, `-m`, `--deselect`, `--lf` or `--sw`) that was not
+  stopped early by `-x` or `--maxfail`, every id of `required_ids(CURRENT_ISSUE)` must be cited by
+  at least one test that ran and passed (skipped and xfailed tests do not count). Otherwise the
+  missing ids are listed and the run fails.
 - `--no-spec-trace` turns the coverage gate off (marker ids are still validated).
+  The developer loop `pytest -m "not slow"` is such a partial run: it is never failed for ids that
+  only the slow tiers cite.
+
+Slow tiers (marker `slow`, registered in pyproject.toml): each module marks its own with
+`pytestmark` or a decorator.
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_SpecTrace(config), "ql3-spec-trace")
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         ids: set[str] = set()
@@ -117,7 +124,7 @@ class _SpecTrace:
         self.passed: dict[str, frozenset[str]] = {}  # nodeid -> ids of a passing call phase
         self.failed: set[str] = set()  # nodeids with any failed phase
         self.result: tuple[int, int, frozenset[str]] | None = None
-        self.partial = False
+        self.partial: str | None = None  # why coverage was not judged
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
@@ -138,7 +145,12 @@ class _SpecTrace:
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             return
         if not _is_full_run(config):
-            self.partial = True
+            self.partial = "partial test selection"
+            return
+        if session.shouldfail or session.shouldstop:
+            # Stopped early (`-x`, `--maxfail`): the failure that stopped it is the report; the
+            # ids of the tests that never ran would only bury it.
+            self.partial = "the run stopped early"
             return
         covered: set[str] = set()
         for nodeid, ids in self.passed.items():
@@ -152,7 +164,7 @@ class _SpecTrace:
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.partial:
-            terminalreporter.write_line("spec traceability: not checked (partial test selection)")
+            terminalreporter.write_line(f"spec traceability: not checked ({self.partial})")
         if self.result is None:
             return
         covered, required, missing = self.result
