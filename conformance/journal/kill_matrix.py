@@ -4,14 +4,15 @@ I-J1; INBOX-04, INBOX-05, INBOX-06, INBOX-34, INBOX-35, INBOX-36).
 Each *case* runs real processes against one real control plane (an `EdgeStore` SQLite file),
 one real journal (the file or the SQLite adapter) and real children:
 
-1. the harness (the control plane's dispatcher) admits a Run and grants its lease to the Worker
-   session of `conformance.journal.kill_worker` (with a random lease token kept in memory only);
+1. the harness (the control plane's dispatcher) admits a Run;
 2. it starts a Worker process (`python -m conformance.journal.kill_worker`, one `WorkerRuntime`)
-   armed with the case's first kill point, waits for `ready` and delivers the offer through
-   the process's stdin. Like a control plane, it then redelivers the Attempt's current lease
-   as `lease_recovery` every 0.25 s while the lease is `leased` (the journal's lease version
-   lags renewals and T4, and a completion uses the journal's version, §3.12), and runs the
-   lease expiry scanner (§3.16) on the same cadence;
+   armed with the case's first kill point and waits for `ready`; only then does it grant the
+   Run's lease to the Worker session of `conformance.journal.kill_worker` (with a random lease
+   token kept in memory only), so that the lease's clock does not run while an interpreter
+   starts, and delivers the offer through the process's stdin. Like a control plane, it then
+   redelivers the Attempt's current lease as `lease_recovery` every 0.25 s while the lease is
+   `leased` (the journal's lease version lags renewals and T4, and a completion uses the
+   journal's version, §3.12), and runs the lease expiry scanner (§3.16) on the same cadence;
 3. the process SIGKILLs itself at that boundary (or the harness SIGKILLs it after a random
    delay: `external:<ms>`); the harness requires a death by SIGKILL, at the announced point;
 4. it restarts the Worker on the same directories and the same session, armed with the next
@@ -38,6 +39,12 @@ one real journal (the file or the SQLite adapter) and real children:
 - the lease token never appears in a Worker's argv, environment, stdout, stderr, the spawn
   journal or the report (S-1).
 
+No wait of the harness assumes a speed (decision KM-10): a wait ends on the event it waits for
+(`ready`, the announced `kill` line, the process's death, the Attempt terminal) or at a generous
+deadline (`*_DEADLINE_S`), and an expired deadline fails the case with a message naming the wait,
+the deadline and what the control plane and the Worker showed at that moment, never as an
+outcome of the case.
+
 `python -m conformance.journal.kill_matrix [--deep]` runs the matrix and prints the figures; the
 test `tests/runners/worker/test_kill_matrix.py` runs `ci_cases()` on both adapters, and the
 deep matrix (`deep_cases`: many external SIGKILLs at random delays, up to three per case) when
@@ -48,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import enum
 import json
 import os
 import queue
@@ -68,13 +76,18 @@ from pathlib import Path
 from typing import IO, Final
 
 from conformance.journal.kill_worker import EXECUTOR_TYPE, KillPoint, encode_delivery, session
-from kernel.commands import AdmitRun, GrantLease
-from kernel.entities import Attempt
-from kernel.identity import Secret
-from kernel.outcomes import Applied
-from kernel.specs.journal import DeliveryKind, JournalState, RecoveryReason
-from kernel.specs.states import FINAL_ATTEMPT_STATUSES, Profile
-from kernel.worker.record import Offer
+from kernel import (
+    AdmitRun,
+    Applied,
+    Attempt,
+    DeliveryKind,
+    GrantLease,
+    JournalState,
+    Offer,
+    Profile,
+    RecoveryReason,
+    Secret,
+)
 from runners.edge.store import EdgeStore
 from runners.engine import execute
 from runners.passes import lease_expiry_page
@@ -104,9 +117,20 @@ QUICK_S: Final = 0.3
 SLOW_S: Final = 12.0
 #: A lease long enough to outlive every restart of a case (each waits up to the 5 s window).
 LEASE_MS: Final = 30_000
-#: Cases that must end `lost` need the lease to expire: the shortest the matrix can afford.
-LOST_LEASE_MS: Final = 8_000
+#: Cases that must end `lost` need the lease to expire, so it is short; it is granted only once
+#: the first Worker is `ready` (its clock never covers an interpreter start), and it must outlive
+#: the first Worker's way from the delivery to its armed boundary (about 0.1 s idle) and, for the
+#: `forget-launching` teeth case, a restart's stale-lock wait (5 s) and its first redelivery.
+#: 8 s granted before the Worker started expired under load before the first delivery (KM-10).
+LOST_LEASE_MS: Final = 15_000
 STALE_WINDOW_MS: Final = 5_000
+#: The deadlines of the harness's waits (KM-10): each is many times what its wait takes on a
+#: loaded machine, and its expiry fails the case with a message naming the wait.
+ACQUIRE_TIMEOUT_S: Final = 60.0  # a restarted Worker's retries of JOURNAL_LOCKED (kill_worker)
+READY_DEADLINE_S: Final = ACQUIRE_TIMEOUT_S + 60.0  # the start to `ready`
+EXIT_DEADLINE_S: Final = 30.0  # a process that announced its kill or closed its output: its exit
+BOUNDARY_DEADLINE_S: Final = 30.0  # the Attempt terminal to the armed boundary just after it
+STOP_DEADLINE_S: Final = 60.0  # `stop` to the last Worker's exit
 MISSING_EXECUTABLE: Final = "/nonexistent/ql3-kill-matrix/missing-executable"
 EXTERNAL: Final = "external"
 _TICK_S: Final = 0.25
@@ -276,9 +300,7 @@ class HarnessControlPlane:
     def close(self) -> None:
         self.store.close()
 
-    def admit_and_grant(
-        self, run_id: str, attempt_id: str, token: Secret, duration_ms: int
-    ) -> None:
+    def admit(self, run_id: str, attempt_id: str) -> None:
         admitted = execute(
             self.store,
             AdmitRun(run_id, attempt_id, "proj", "task", 1, EXECUTOR_TYPE),
@@ -286,6 +308,8 @@ class HarnessControlPlane:
         )
         if not isinstance(admitted, Applied):
             raise RuntimeError(f"admit_run: {admitted.code}")
+
+    def grant(self, run_id: str, attempt_id: str, token: Secret, duration_ms: int) -> None:
         granted = execute(
             self.store, GrantLease(run_id, attempt_id, session(), token, duration_ms), _now()
         )
@@ -315,7 +339,7 @@ class HarnessControlPlane:
         return found
 
     def terminal(self, attempt_id: str) -> bool:
-        return self.attempt(attempt_id).status in FINAL_ATTEMPT_STATUSES
+        return self.attempt(attempt_id).status.terminal
 
     def expire(self) -> None:
         """One page of the lease expiry scanner (§3.16), at the edge profile."""
@@ -324,6 +348,22 @@ class HarnessControlPlane:
 
 
 # -- one Worker process ----------------------------------------------------------------------------
+class Waited(enum.StrEnum):
+    """How a wait for a Worker's event ended."""
+
+    SEEN = "seen"
+    ENDED = "ended"  # the process's output ended first (it is dying or has exited)
+    DEADLINE = "deadline"
+
+
+class DriveEnd(enum.StrEnum):
+    """How `_CaseRun._drive` ended."""
+
+    DIED = "died"  # the Worker process is gone
+    TERMINAL = "terminal"  # the Attempt is terminal on the control plane
+    DEADLINE = "deadline"  # neither, by the case's drive deadline
+
+
 class WorkerProcess:
     """A `kill_worker` child of the harness: its stdin (deliveries), its stdout (events)."""
 
@@ -365,24 +405,29 @@ class WorkerProcess:
                 self._queue.put(event)
         self._queue.put(None)
 
-    def wait_event(self, name: str, timeout_s: float) -> bool:
-        """Whether `name` arrives before the process's output ends or the timeout."""
+    def wait_event(self, name: str, timeout_s: float) -> Waited:
+        """Until `name` arrives (SEEN), the process's output ends (ENDED) or `timeout_s` has
+        passed (DEADLINE)."""
         deadline = time.monotonic() + timeout_s
         if any(e.get("event") == name for e in self.events):
-            return True
+            return Waited.SEEN
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                return False
+                return Waited.DEADLINE
             try:
                 event = self._queue.get(timeout=left)
             except queue.Empty:
-                return False
+                return Waited.DEADLINE
             if event is None:
                 self._queue.put(None)
-                return False
+                return Waited.ENDED
             if event.get("event") == name:
-                return True
+                return Waited.SEEN
+
+    def last_event(self) -> str:
+        """The name of the last event the process wrote (names only: S-1)."""
+        return str(self.events[-1].get("event")) if self.events else "none"
 
     def send(self, data: bytes) -> bool:
         stdin = self.proc.stdin
@@ -413,7 +458,7 @@ class WorkerProcess:
         self._reader.join(timeout_s)
         return code
 
-    def stop(self, timeout_s: float = 20.0) -> int | None:
+    def stop(self, timeout_s: float = STOP_DEADLINE_S) -> int | None:
         self.send(b"stop\n")
         with contextlib.suppress(OSError, ValueError):
             if self.proc.stdin is not None:
@@ -422,8 +467,8 @@ class WorkerProcess:
 
     def close(self) -> None:
         self.kill()
-        self.wait(10.0)
-        self._reader.join(5.0)
+        self.wait(EXIT_DEADLINE_S)
+        self._reader.join(EXIT_DEADLINE_S)
         for stream in (self.proc.stdin, self.proc.stdout):
             if stream is not None:
                 with contextlib.suppress(OSError, ValueError):
@@ -597,6 +642,8 @@ def _worker_command(
         str(case.lease_ms),
         "--stale-window-ms",
         str(STALE_WINDOW_MS),
+        "--acquire-timeout-s",
+        str(ACQUIRE_TIMEOUT_S),
     ]
     if point is not None:
         command += ["--kill-point", point]
@@ -636,6 +683,7 @@ class _CaseRun:
         self.workers: list[WorkerProcess] = []
         self.self_kills = 0
         self.external_kills = 0
+        self.granted_at: float | None = None
         self.control = HarnessControlPlane(self.dirs.control)
 
     def run(self) -> CaseResult:
@@ -652,49 +700,135 @@ class _CaseRun:
             self.control.close()
 
     def _runs(self) -> None:
-        case = self.case
-        self.control.admit_and_grant(self.run_id, self.attempt_id, self.token, case.lease_ms)
-        first = self.control.offer(self.attempt_id, self.token, self.spec, DeliveryKind.NEW_CLAIM)
-        assert first is not None
-        self.offer_id = first.offer_id
-        plan: list[str | None] = [*case.kills, None]
+        self.control.admit(self.run_id, self.attempt_id)
+        plan: list[str | None] = [*self.case.kills, None]
         for index, kill in enumerate(plan):
-            if not self._one_run(index, kill, first):
+            if not self._one_run(index, kill):
                 return
 
-    def _one_run(self, index: int, kill: str | None, first: Offer) -> bool:
+    def _grant(self) -> Offer | None:
+        """Grants the Run's lease now that the first Worker is `ready` (so the lease's clock does
+        not run while an interpreter starts: KM-10) and returns the first offer."""
+        case = self.case
+        self.control.grant(self.run_id, self.attempt_id, self.token, case.lease_ms)
+        self.granted_at = time.monotonic()
+        first = self.control.offer(self.attempt_id, self.token, self.spec, DeliveryKind.NEW_CLAIM)
+        if first is None:
+            self.failures.append("run 0: the lease was no longer leased right after its grant")
+            return None
+        self.offer_id = first.offer_id
+        return first
+
+    def _situation(self, worker: WorkerProcess) -> str:
+        """What the control plane and the Worker showed when a deadline expired (ids, states,
+        codes and event names only: S-1)."""
+        status = self.control.attempt(self.attempt_id).status.value
+        lease = ""
+        if self.granted_at is not None:
+            ago = time.monotonic() - self.granted_at
+            lease = f", its {self.case.lease_ms} ms lease granted {ago:.1f} s ago"
+        codes = sorted(
+            {
+                str(e.get("code"))
+                for e in worker.events
+                if e.get("event") == "delivery" and e.get("kind") == "rejected"
+            }
+        )
+        rejected = f", deliveries rejected with {', '.join(codes)}" if codes else ""
+        return f"the Attempt is {status}{lease}{rejected}; the Worker's last event: " + (
+            worker.last_event()
+        )
+
+    def _one_run(self, index: int, kill: str | None) -> bool:
         """One Worker process; False when the case cannot go on."""
         external = kill is not None and kill.startswith(EXTERNAL)
         point = None if kill is None or external else kill
         command = _worker_command(self.dirs, self.adapter, self.case, point, restarted=index > 0)
         worker = WorkerProcess(command, self.dirs.root / "worker.stderr")
         self.workers.append(worker)
-        ready = worker.wait_event("ready", STALE_WINDOW_MS / 1000 + 30)
-        if ready:  # exec'd and started: its argv and environment are final
+        ready = worker.wait_event("ready", READY_DEADLINE_S)
+        if ready is Waited.DEADLINE:
+            self.paths.append(_path_of(worker))
+            self.failures.append(
+                f"run {index}: deadline: no `ready` within {READY_DEADLINE_S:.0f} s of the "
+                f"Worker's start ({self._situation(worker)})"
+            )
+            return False
+        if ready is Waited.SEEN:  # exec'd and started: its argv and environment are final
             for where in _secret_in_process(worker.pid, self.token.reveal()):
                 self.failures.append(f"run {index}: lease token in {where}")
-        else:
-            worker.wait(5.0)  # its output ended: it is dying (a boundary inside the startup)
-        if not ready and worker.alive():
-            self.failures.append(f"run {index}: the Worker never became ready")
+        elif worker.wait(EXIT_DEADLINE_S) is None:  # its output ended: it is dying
+            self.paths.append(_path_of(worker))
+            self.failures.append(
+                f"run {index}: deadline: the Worker closed its output before `ready` and had "
+                f"not exited {EXIT_DEADLINE_S:.0f} s later"
+            )
             return False
-        if index == 0 and ready:
+        if index == 0 and ready is Waited.SEEN:
+            first = self._grant()
+            if first is None:
+                return False
             worker.send(encode_delivery(first))
         delay = int(kill.split(":", 1)[1]) / 1000 if external and kill else None
-        done = self._drive(worker, armed=point is not None, kill_after=delay)
+        end, drive_s = self._drive(worker, kill_after=delay)
         self.paths.append(_path_of(worker))
         if kill is None:
-            if not done:
-                self.failures.append(f"run {index}: the Attempt did not converge")
+            if end is DriveEnd.DEADLINE:
+                self.failures.append(
+                    f"run {index}: deadline: the Attempt was not terminal within the drive's "
+                    f"{drive_s:.0f} s ({self._situation(worker)})"
+                )
+            elif end is DriveEnd.DIED and not self.control.terminal(self.attempt_id):
+                self.failures.append(
+                    f"run {index}: the last Worker died before the Attempt converged "
+                    f"({self._situation(worker)})"
+                )
             code = worker.stop()
-            if code != 0:
-                self.failures.append(f"run {index}: the last Worker exited with {code}")
+            if code is None:
+                self.failures.append(
+                    f"run {index}: deadline: the last Worker had not exited "
+                    f"{STOP_DEADLINE_S:.0f} s after `stop`"
+                )
+            elif code != 0:
+                self.failures.append(
+                    f"run {index}: the last Worker exited with {code} "
+                    f"(last event: {worker.last_event()})"
+                )
             self.paths[-1] = _path_of(worker)
             return True
-        code = worker.wait(30.0)
+        if end is DriveEnd.DEADLINE:
+            self.failures.append(
+                f"run {index}: deadline: {kill} not reached within the drive's {drive_s:.0f} s "
+                f"({self._situation(worker)})"
+            )
+            return False
+        # An armed boundary may lie just after the commit the harness saw (the journal write
+        # that follows it): wait for the announcement, not for a guessed while.
+        if (
+            end is DriveEnd.TERMINAL
+            and point is not None
+            and not worker.fired()
+            and worker.wait_event("kill", BOUNDARY_DEADLINE_S) is Waited.DEADLINE
+        ):
+            self.failures.append(
+                f"run {index}: deadline: {kill} not reached {BOUNDARY_DEADLINE_S:.0f} s "
+                f"after the Attempt became terminal ({self._situation(worker)})"
+            )
+            return False
+        code = worker.wait(EXIT_DEADLINE_S)
         self.paths[-1] = _path_of(worker)
+        if code is None:
+            self.failures.append(
+                f"run {index}: deadline: the Worker had not exited {EXIT_DEADLINE_S:.0f} s "
+                f"after {'its announced kill' if worker.fired() else 'its output ended'} "
+                f"({self._situation(worker)})"
+            )
+            return False
         if code != -signal.SIGKILL:
-            self.failures.append(f"run {index}: {kill} did not kill the Worker (exit {code})")
+            self.failures.append(
+                f"run {index}: {kill} did not kill the Worker (exit {code}, last event: "
+                f"{worker.last_event()})"
+            )
             return False
         if point is None:
             self.external_kills += 1
@@ -705,14 +839,16 @@ class _CaseRun:
             self.failures.append(f"run {index}: announced kill points {fired}, not {point}")
         return True
 
-    def _drive(self, worker: WorkerProcess, *, armed: bool, kill_after: float | None) -> bool:
+    def _drive(self, worker: WorkerProcess, *, kill_after: float | None) -> tuple[DriveEnd, float]:
         """Until the Worker dies or the Attempt is terminal, every 0.25 s: redeliver the
         Attempt's current lease as `lease_recovery` while it is `leased` and scan for expired
         leases, as a control plane does; SIGKILL the Worker `kill_after` seconds in for an
-        external kill. True when the Attempt is terminal."""
+        external kill. Bounded by the case's drive deadline (the lease, the child and the
+        slack); returns how it ended and that deadline in seconds."""
         control, attempt_id = self.control, self.attempt_id
         began = time.monotonic()
-        deadline = began + self.case.lease_ms / 1000 + self.case.child_s + self.case.slack_s
+        limit_s = self.case.lease_ms / 1000 + self.case.child_s + self.case.slack_s
+        deadline = began + limit_s
         next_tick = began + _TICK_S
         while time.monotonic() < deadline:
             now = time.monotonic()
@@ -720,13 +856,9 @@ class _CaseRun:
                 worker.kill()
                 kill_after = None
             if not worker.alive():
-                return control.terminal(attempt_id)
+                return DriveEnd.DIED, limit_s
             if kill_after is None and control.terminal(attempt_id):
-                if armed and not worker.fired():
-                    # The boundary may lie just after the commit (the journal write that
-                    # follows it): give the Worker a moment; the caller checks the death.
-                    worker.wait(3.0)
-                return True
+                return DriveEnd.TERMINAL, limit_s
             if now >= next_tick:
                 next_tick = now + _TICK_S
                 kind = DeliveryKind.LEASE_RECOVERY
@@ -734,8 +866,11 @@ class _CaseRun:
                 if offer is not None:
                     worker.send(encode_delivery(offer))
                 control.expire()
+            # A poll cadence, not a guess at a speed: every exit above is re-checked each time.
             time.sleep(0.01 if kill_after is not None else 0.05)
-        return control.terminal(attempt_id)
+        if not worker.alive():
+            return DriveEnd.DIED, limit_s
+        return (DriveEnd.TERMINAL if control.terminal(attempt_id) else DriveEnd.DEADLINE), limit_s
 
     def _verify(self) -> CaseResult:
         case, dirs, failures = self.case, self.dirs, self.failures
@@ -916,6 +1051,15 @@ def _internal(kill: str) -> bool:
     return not kill.startswith(EXTERNAL)
 
 
+def _estimate_s(case: Case) -> float:
+    """A case's expected duration on an idle machine, to start the longest first (an ordering
+    only: nothing waits on it): a stale-lock window per restart, or the lease's expiry for a
+    case that must end `lost`, whichever is longer, plus the child."""
+    restarts = len(case.kills) * (STALE_WINDOW_MS / 1000 + 1.0)
+    expiry = case.lease_ms / 1000 if case.expect == _LOST else 0.0
+    return max(restarts, expiry) + case.child_s
+
+
 def run_matrix(
     cases: Iterable[Case],
     adapters: Sequence[str] = ADAPTERS,
@@ -927,7 +1071,7 @@ def run_matrix(
     the longest cases first."""
     began = time.monotonic()
     jobs = [(case, adapter) for case in cases for adapter in adapters]
-    jobs.sort(key=lambda job: -(len(job[0].kills) * 6 + job[0].child_s + job[0].lease_ms / 4000))
+    jobs.sort(key=lambda job: -_estimate_s(job[0]))
     with contextlib.ExitStack() as stack:
         if base is None:
             base = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ql3-kill-")))

@@ -34,7 +34,9 @@ def fresh_token() -> Secret:
     return Secret.of(secrets.token_urlsafe(32), "callback_token")
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> bool:
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 30.0) -> bool:
+    """Polls `predicate` until it holds or `timeout_s` has passed: a generous bound (the
+    processes waited for answer in milliseconds), so that a loaded machine is not a failure."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
@@ -103,10 +105,10 @@ class Launcher:
             callback_token_sha256=token_digest(spec.callback_token.reveal()),
         )
 
-    def finish(self, handle: DurableHandle, timeout_s: float = 5.0) -> int:
+    def finish(self, handle: DurableHandle, timeout_s: float = 30.0) -> int:
         """Wait for the wrapper to exit (it publishes the receipt first) and reap it."""
         status = self.executor.wait(handle, timeout_s)
-        assert status is not None, "wrapper did not exit in time"
+        assert status is not None, f"deadline: the wrapper had not exited within {timeout_s} s"
         return status
 
     def close(self) -> None:

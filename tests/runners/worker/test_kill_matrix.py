@@ -9,10 +9,12 @@ journal adapters, against one real control-plane SQLite file shared by the harne
 Worker. After every kill the Worker is restarted on the same directories and session until the
 Attempt is terminal. `conformance/journal/kill_matrix.py` holds the cases and the checks.
 
-CI runs `ci_cases()` (about 40 s: the cases run 12 at a time, because every restart waits out
-the dead owner's 5 s stale lock window). `QL3_KILL_MATRIX=deep` adds the nightly matrix: many
-more harness-side SIGKILLs, up to three per case, at random delays, with a fresh seed
-(`QL3_KILL_MATRIX_SEED` replays one).
+CI runs `ci_cases()` (about 45 s on an idle 2-core machine, a little more under load: the cases
+run 12 at a time, because every restart waits out the dead owner's 5 s stale lock window). No
+outcome here depends on the machine's speed (decision KM-10): the harness's waits end on events
+or at generous deadlines reported as such, and the wall time is printed, never asserted.
+`QL3_KILL_MATRIX=deep` adds the nightly matrix: many more harness-side SIGKILLs, up to three per
+case, at random delays, with a fresh seed (`QL3_KILL_MATRIX_SEED` replays one).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from conformance.journal.kill_matrix import (
     sabotage_cases,
 )
 from kernel.specs.journal import JournalState
+
+pytestmark = pytest.mark.slow  # real processes, real SIGKILLs, 5 s stale-lock windows
 
 DEEP = os.environ.get("QL3_KILL_MATRIX", "") == "deep"
 
@@ -81,7 +85,6 @@ def test_every_kill_converges_with_zero_second_spawns_and_zero_lost_completions(
     assert report.journal_states == {s.value for s in JournalState}
     if not DEEP:
         assert report.kills >= 60
-        assert report.seconds < 150  # CI budget: well under 3 minutes
     assert {"after:spawn_logged", "after:executor_start", "after:complete"} <= report.points
     assert {"before:lease_merged", "after:lease_merged"} <= report.points
 

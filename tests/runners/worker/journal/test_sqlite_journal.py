@@ -48,7 +48,10 @@ from tests.support.journal_fixtures import (
 )
 
 SECRETS = (LEASE_TOKEN.reveal(), CALLBACK_TOKEN, "secret-command-line")
-WAIT_S = 30.0
+WAIT_S = 120.0  # a bound on a racing thread, above the busy timeout below
+#: The racing writers wait for SQLite's write lock this long: generous, so that a loaded machine
+#: serialises the race instead of failing it with SQLITE_BUSY (the outcome is what is asserted).
+RACE_BUSY_TIMEOUT_MS = 60_000
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -59,7 +62,7 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def journal(root: Path) -> Iterator[SqliteJournal]:
-    adapter = SqliteJournal(root)
+    adapter = SqliteJournal(root, busy_timeout_ms=RACE_BUSY_TIMEOUT_MS)
     adapter.acquire()
     yield adapter
     with contextlib.suppress(JournalError):
@@ -261,7 +264,7 @@ def _race(count: int, action: Callable[[int], object]) -> list[str]:
 
 @pytest.mark.spec("INBOX-20")
 def test_concurrent_creates_of_distinct_offers_never_exceed_capacity(root: Path) -> None:
-    journal = SqliteJournal(root, capacity=5)
+    journal = SqliteJournal(root, capacity=5, busy_timeout_ms=RACE_BUSY_TIMEOUT_MS)
     journal.acquire()
     journal.create(accepted_offer(100))  # the connections exist before the race
     records = [accepted_offer(g) for g in range(1, 13)]
@@ -292,10 +295,11 @@ def test_a_conditional_remove_racing_a_replace_has_one_winner(journal: SqliteJou
 
 @pytest.mark.spec("INBOX-15")
 def test_concurrent_creates_of_one_offer_yield_exactly_one_record(root: Path) -> None:
-    journal = SqliteJournal(root)
+    journal = SqliteJournal(root, busy_timeout_ms=RACE_BUSY_TIMEOUT_MS)
     journal.acquire()
     record = accepted_offer(1)
-    second = SqliteJournal(root, journal.ownership)  # a second adapter: its own connections
+    # a second adapter: its own connections
+    second = SqliteJournal(root, journal.ownership, busy_timeout_ms=RACE_BUSY_TIMEOUT_MS)
     outcomes = _race(8, lambda i: (journal if i % 2 else second).create(record))
     assert sorted(outcomes) == ["JOURNAL_RECORD_EXISTS"] * 7 + ["ok"]
     assert _rows(root) == [(record.offer_id, 0, encode_record(record))]
