@@ -137,11 +137,19 @@ from kernel.worker.record import (
 
 __version__ = "0.1.0"
 
+from kernel import selection
+from kernel.codec import decode_command, decode_provider_policy, encode_command
+from kernel.identity import PORTABLE_ID_RE, is_sha256_hex
+from kernel.lease_expiry_scan import expiry_command, scan_cursor
+from kernel.lost_retry_page import CANDIDATE_ERROR, CandidateError, LostRetryPageResult, tally
+from kernel.selection import Candidate, Page, check_limit
+from kernel.worker.delivery import Accept, Continue, Merge, decide_delivery
 from kernel.worker.journal import JournalApplied, JournalOutcome, journal_step
-from kernel.worker.receiver import Accept, Continue, Merge, decide_delivery
 
 __all__ = [
+    "CANDIDATE_ERROR",
     "COMMANDS_BY_NAME",
+    "PORTABLE_ID_RE",
     "TRANSITIONS",
     "Accept",
     "AcknowledgeRunning",
@@ -154,6 +162,8 @@ __all__ = [
     "Attempt",
     "AttemptStatus",
     "CancelReason",
+    "Candidate",
+    "CandidateError",
     "Code",
     "Command",
     "CommandError",
@@ -188,6 +198,7 @@ __all__ = [
     "LeaseStatus",
     "LiveEvidence",
     "LocalReceipt",
+    "LostRetryPageResult",
     "LostRetryStep",
     "Merge",
     "NotRunningEvidence",
@@ -197,6 +208,7 @@ __all__ = [
     "OfferWorker",
     "Outcome",
     "OutcomeKind",
+    "Page",
     "PolicyDefinition",
     "Profile",
     "Raced",
@@ -238,20 +250,26 @@ __all__ = [
     "attempt_lock_key",
     "canonical_json",
     "check_invariants",
+    "check_limit",
     "complete_local",
     "complete_with_lease",
     "converge_cancel",
     "create_run",
     "decide_delivery",
+    "decode_command",
+    "decode_provider_policy",
     "decode_record",
     "digests_equal",
+    "encode_command",
     "encode_record",
     "execution_spec_digest",
     "expire_with_lease",
+    "expiry_command",
     "fail_orphaned_created",
     "fail_start",
     "grant_lease",
     "is_portable_id",
+    "is_sha256_hex",
     "journal_step",
     "lost_retry_step",
     "offer_id",
@@ -262,6 +280,9 @@ __all__ = [
     "recover_runtime",
     "renew_lease",
     "request_cancel",
+    "scan_cursor",
+    "selection",
+    "tally",
     "token_digest",
     "validate_portable_id",
 ]

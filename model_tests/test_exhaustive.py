@@ -6,6 +6,8 @@ import pytest
 
 from model_tests.exhaustive import explore
 
+pytestmark = pytest.mark.slow  # the exhaustive small scope (about 25 s)
+
 
 @pytest.mark.spec("RUN-01", "RUN-02", "RUN-05", "RUN-08", "LEASE-02", "LEASE-05", "LEASE-12")
 def test_every_reachable_state_keeps_every_invariant() -> None:

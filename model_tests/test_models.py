@@ -25,6 +25,8 @@ from model_tests.machines import (
     machine_settings,
 )
 
+pytestmark = pytest.mark.slow  # model checking: ~59,000 state-machine steps (about 40 s)
+
 # Steps that each machine's budgeted run made in this session.
 BUDGET_STEPS = STATS.timed_steps
 

@@ -24,10 +24,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from kernel.specs.codes import Code
 from kernel.specs.journal import DeliveryKind, JournalState
-from kernel.worker.journal import HandleReturned, LaunchOutcomeUnknown
-from kernel.worker.record import JournalRecord
+from kernel.worker.journal import Found, HandleReturned, LaunchOutcomeUnknown
+from kernel.worker.record import Offer
 from model_tests.harness import STATS, ModelViolation
 from model_tests.worker_machine import (
     TRACE_DIR_ENV,
@@ -37,7 +36,9 @@ from model_tests.worker_machine import (
     drive,
     worker_settings,
 )
-from runners.worker.receiver import DeliveryResult, Receiver, ResultKind
+from runners.worker.receiver import DeliveryResult, Receiver
+
+pytestmark = pytest.mark.slow  # model checking / planted bugs: a slow tier
 
 
 class SqliteWorkerMachine(WorkerMachine):
@@ -234,19 +235,21 @@ class PlantedDoubleStartReceiver(Receiver):
     of writing `recovery_required(launch_outcome_unknown)` and never calling the Executor
     (§3.7): exactly the "maybe spawned -> spawn again" the journal exists to prevent."""
 
-    def _pipeline(self, record: JournalRecord, *, replay: bool) -> DeliveryResult:
-        if record.state is not JournalState.LAUNCHING:
-            return super()._pipeline(record, replay=replay)
+    def _deliver(self, offer: Offer) -> DeliveryResult:
+        found = self._engine.read(offer.offer_id)
+        record = found.record if isinstance(found, Found) else None
+        if record is None or record.state is not JournalState.LAUNCHING:
+            return super()._deliver(offer)
         started_at = record.executor_started_at_ms
         assert started_at is not None
         try:
             context = self._factory.prepare(record, started_at)
             handle = self._executor.start(context)  # <- the planted second start
         except Exception:
-            record = self._write(record, LaunchOutcomeUnknown())
-            return self._result(record, ResultKind.APPLIED, Code.LAUNCH_OUTCOME_UNKNOWN)
-        record = self._write(record, HandleReturned(handle, None))
-        return self._running_ack(record)
+            self._engine.write(record, LaunchOutcomeUnknown())
+            return super()._deliver(offer)
+        self._engine.write(record, HandleReturned(handle, None))
+        return super()._deliver(offer)  # continues from `started`: the running ACK
 
 
 def _search(machine: type[WorkerMachine]) -> None:

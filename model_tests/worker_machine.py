@@ -118,8 +118,9 @@ from kernel.specs.budgets import Paging
 from kernel.specs.codes import Code
 from kernel.specs.journal import (
     FINAL_STATES,
+    JOURNAL_TABLE,
     LEASE_LOST_REASONS,
-    TRANSITIONS,
+    TRIGGER_REASONS,
     DeliveryKind,
     JournalState,
 )
@@ -133,8 +134,8 @@ from kernel.specs.states import (
     StopResult,
     WorkerSessionStatus,
 )
-from kernel.worker.coordinator import ACCEPTED_COMPLETION, CompletionSubmission
-from kernel.worker.reconciler import ControlPlaneView, Inspection
+from kernel.worker.coordinator import CompletionSubmission
+from kernel.worker.reconciler import ControlPlaneView, HandleInspection
 from kernel.worker.record import JournalRecord, Offer, OfferLease, record_violations
 from model_tests.harness import STATS, ModelViolation, require
 from model_tests.machines import Budget, budget_settings
@@ -142,6 +143,7 @@ from runners.engine import execute
 from runners.passes import lease_expiry_page
 from runners.worker.auditor import AuditRefused, StartupAuditor
 from runners.worker.control_plane import EngineControlPlane, offer_for
+from runners.worker.coordinator import Coordinator
 from runners.worker.journal.file import FileJournal, _Os
 from runners.worker.journal.lock import JournalOwnership, RefreshTimer
 from runners.worker.journal.port import JournalError, JournalPage
@@ -158,13 +160,14 @@ from runners.worker.ports import (
 from runners.worker.posix.adapters import ReceiptEvidence, TokenContextFactory
 from runners.worker.posix.receipts import CompletionReceiptStore, Receipt, ReceiptAuthenticator
 from runners.worker.receiver import DeliveryResult, Receiver, ResultKind
-from runners.worker.recovery import (
-    Coordinator,
-    Reconciler,
-    StartupSupervisor,
-)
+from runners.worker.reconciler import Reconciler
 from runners.worker.retention import TerminalRetention, cleanup_settled_receipt
 from runners.worker.runtime import poll_page, replay_start_failures
+from runners.worker.supervisor import StartupSupervisor
+
+#: The oracle's own reading of §3.12 step 3 (not the kernel's table): the completion is the
+#: control plane's fact once it answered `completed`, or `already_terminal` to a replay.
+_COMPLETION_ACCEPTED = frozenset({Code.COMPLETED, Code.ALREADY_TERMINAL})
 
 __all__ = [
     "ADAPTERS",
@@ -178,7 +181,6 @@ __all__ = [
     "worker_settings",
 ]
 
-S = JournalState
 S_FINAL = FINAL_STATES
 NAME: Final = "worker"
 TRACE_DIR_ENV: Final = "QL3_MODEL_TRACE_DIR"
@@ -734,12 +736,12 @@ class ModelInspector:
     def __init__(self, machine: WorkerMachine) -> None:
         self.m = machine
 
-    def inspect(self, executor_handle: str) -> Inspection:
+    def inspect(self, executor_handle: str) -> HandleInspection:
         self.m.switch.enter("inspector.inspect")
         child = self.m.child_by_handle(executor_handle)
         if child is None:
-            return Inspection.INVALID
-        return Inspection.RUNNING if child.alive else Inspection.EXITED
+            return HandleInspection.INVALID
+        return HandleInspection.RUNNING if child.alive else HandleInspection.EXITED
 
 
 class ModelController:
@@ -848,21 +850,25 @@ SESSIONS: Final = (
 Domain = Sequence[Any] | Callable[[random.Random], Any]
 
 _serials = itertools.count(1)
-_MAY_SPAWN_FROM: Final = frozenset({None, S.ACCEPTED, S.STARTING_ACKNOWLEDGED})
+_MAY_SPAWN_FROM: Final = frozenset(
+    {None, JournalState.ACCEPTED, JournalState.STARTING_ACKNOWLEDGED}
+)
 #: §3.6/§3.7: the durable states from which each Worker command may be sent.
 _ACK_STATES: Final[Mapping[str, frozenset[JournalState]]] = {
-    "acknowledge_starting": frozenset({S.ACCEPTED}),
-    "acknowledge_running": frozenset({S.STARTED}),
-    "fail_start": frozenset({S.START_FAILED}),
-    "complete": frozenset({S.STARTED, S.RUNNING_ACKNOWLEDGED, S.RECOVERY_REQUIRED}),
+    "acknowledge_starting": frozenset({JournalState.ACCEPTED}),
+    "acknowledge_running": frozenset({JournalState.STARTED}),
+    "fail_start": frozenset({JournalState.START_FAILED}),
+    "complete": frozenset(
+        {JournalState.STARTED, JournalState.RUNNING_ACKNOWLEDGED, JournalState.RECOVERY_REQUIRED}
+    ),
 }
 #: §3.7: states whose redelivery only replays (no ACK, no spawn) and so writes at most a lease.
 _REPLAY_ONLY: Final = frozenset(
     {
-        S.RUNNING_ACKNOWLEDGED,
-        S.RECOVERY_REQUIRED,
-        S.COMPLETION_ACKNOWLEDGED,
-        S.START_FAILURE_ACKNOWLEDGED,
+        JournalState.RUNNING_ACKNOWLEDGED,
+        JournalState.RECOVERY_REQUIRED,
+        JournalState.COMPLETION_ACKNOWLEDGED,
+        JournalState.START_FAILURE_ACKNOWLEDGED,
     }
 )
 
@@ -870,12 +876,13 @@ _REPLAY_ONLY: Final = frozenset(
 def _moves() -> dict[tuple[JournalState, JournalState], frozenset[object]]:
     """§3.6 as (from, to) -> the recovery reasons the row may write (`keep` rows: `"keep"`)."""
     out: dict[tuple[JournalState, JournalState], set[object]] = {}
-    for (source, _trigger), target in TRANSITIONS.items():
-        if source is None or (target.state is None and not target.keep):
+    for edge in JOURNAL_TABLE.edges():
+        source, dest = edge.source, edge.target
+        if source is None or dest is None:
             continue
-        dest = source if target.keep else target.state
-        assert dest is not None
-        reasons: set[object] = {"keep"} if target.keep else set(target.reasons) or {None}
+        reasons: set[object] = set(TRIGGER_REASONS.get(edge.trigger, ()))
+        if not reasons:  # a self-loop that writes no reason keeps the state: the lease row
+            reasons = {"keep"} if dest is source else {None}
         out.setdefault((source, dest), set()).update(reasons)
     return {k: frozenset(v) for k, v in out.items()}
 
@@ -1221,9 +1228,12 @@ class WorkerMachine(RuleBasedStateMachine):
             ok = (
                 carries(durable)
                 and durable is not None
-                and (durable.state is S.LAUNCHING or durable.recovery_reason in LEASE_LOST_REASONS)
+                and (
+                    durable.state is JournalState.LAUNCHING
+                    or durable.recovery_reason in LEASE_LOST_REASONS
+                )
                 and any(
-                    r is not None and r.state is S.LAUNCHING and carries(r)
+                    r is not None and r.state is JournalState.LAUNCHING and carries(r)
                     for r in self.history.get(offer_id, ())
                 )
             )
@@ -1310,7 +1320,7 @@ class WorkerMachine(RuleBasedStateMachine):
 
     def check_receipt_delete(self, offer_id: str) -> None:
         record = self._current(offer_id)
-        if record is None or record.state is not S.COMPLETION_ACKNOWLEDGED:
+        if record is None or record.state is not JournalState.COMPLETION_ACKNOWLEDGED:
             state = None if record is None else record.state
             self.violations.append(
                 f"INBOX-34/CAD-15: receipt of {offer_id[:12]} deleted while the journal "
@@ -1326,7 +1336,7 @@ class WorkerMachine(RuleBasedStateMachine):
                 "(retention deletes only final records)"
             )
             return
-        if record.state is S.COMPLETION_ACKNOWLEDGED and (
+        if record.state is JournalState.COMPLETION_ACKNOWLEDGED and (
             record.offer.lease.attempt_id in self.receipts.files
         ):
             self.violations.append(
@@ -1358,7 +1368,7 @@ class WorkerMachine(RuleBasedStateMachine):
             assert record is not None
             if prev is not None:
                 bad(f"I-J3: create over a live record {offer_id[:12]}")
-            if record.revision != 0 or record.state is not S.ACCEPTED:
+            if record.revision != 0 or record.state is not JournalState.ACCEPTED:
                 bad(f"INBOX-02: a first publish at revision {record.revision} in {record.state}")
         elif port == "journal.replace":
             assert record is not None
@@ -1370,7 +1380,7 @@ class WorkerMachine(RuleBasedStateMachine):
             found = record_violations(record)
             if found:
                 bad(f"I-J4: durable revision {record.revision} breaks §3.3: {found}")
-            if record.state is S.COMPLETION_ACKNOWLEDGED:
+            if record.state is JournalState.COMPLETION_ACKNOWLEDGED:
                 WORKER_STATS.completions += 1
                 self._check_completion_order(offer_id)
         self.history.setdefault(offer_id, []).append(record)
@@ -1394,7 +1404,10 @@ class WorkerMachine(RuleBasedStateMachine):
                 and new.offer.lease.version > prev.offer.lease.version
                 and new.offer.lease.same_authority(prev.offer.lease)
             )
-        elif new.state is S.RECOVERY_REQUIRED and prev.state is S.RECOVERY_REQUIRED:
+        elif (
+            new.state is JournalState.RECOVERY_REQUIRED
+            and prev.state is JournalState.RECOVERY_REQUIRED
+        ):
             ok = (
                 prev.recovery_reason not in LEASE_LOST_REASONS
                 and new.recovery_reason in LEASE_LOST_REASONS
@@ -1428,7 +1441,7 @@ class WorkerMachine(RuleBasedStateMachine):
             and c.offer_id == offer_id
             and c.incarnation == self.incarnation
             and c.delivered
-            and c.code in ACCEPTED_COMPLETION
+            and c.code in _COMPLETION_ACCEPTED
             for c in self.calls
         )
         if not ok:
@@ -1601,9 +1614,10 @@ class WorkerMachine(RuleBasedStateMachine):
         if not isinstance(result, DeliveryResult) or result.kind is ResultKind.REJECTED:
             return
         after = self.disk.get(offer.offer_id)
-        if before.state is S.RUNNING_ACKNOWLEDGED:
+        if before.state is JournalState.RUNNING_ACKNOWLEDGED:
             require(
-                result.kind is ResultKind.REPLAYED and result.state is S.RUNNING_ACKNOWLEDGED,
+                result.kind is ResultKind.REPLAYED
+                and result.state is JournalState.RUNNING_ACKNOWLEDGED,
                 "INBOX-07",
                 f"a redelivery of a running_acknowledged offer answered {result.kind} "
                 f"{result.state}",

@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager
 from typing import Protocol
 
 from kernel import Applied, Command, Effect, Outcome, Raced, RunAggregate, apply
-from kernel.specs.codes import Code
+from kernel.specs import Code
 
 
 class StaleWrite(Exception):

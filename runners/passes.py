@@ -11,18 +11,24 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kernel import (
+    CANDIDATE_ERROR,
+    Candidate,
+    CandidateError,
     Evidence,
     ExpireWithLease,
+    LostRetryPageResult,
     LostRetryStep,
     Outcome,
+    Page,
     Profile,
     RecoverRuntime,
     RunAggregate,
+    check_limit,
+    expiry_command,
+    scan_cursor,
+    tally,
 )
-from kernel.lease_expiry_scan import expiry_command, scan_cursor
-from kernel.lost_retry_page import CANDIDATE_ERROR, CandidateError, LostRetryPageResult, tally
-from kernel.selection import Candidate, Page, check_limit
-from kernel.specs.codes import Code
+from kernel.specs import Code
 from runners.engine import Storage, execute, execute_built
 
 

@@ -28,7 +28,7 @@ from kernel import (
     UpdatePolicy,
     UpdateRun,
 )
-from kernel.specs.states import (
+from kernel.specs import (
     AttemptStatus,
     CancelReason,
     LeaseStatus,

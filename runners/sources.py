@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from kernel.selection import Page
+from kernel import Page
 
 
 class Sources(Protocol):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from kernel.selection import Candidate, Page, check_limit
+from kernel import Candidate, Page, check_limit
 
 K = TypeVar("K", bound=tuple[object, ...])
 

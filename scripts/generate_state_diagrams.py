@@ -1,4 +1,4 @@
-"""Write docs/state-diagrams.md from the transition tables."""
+"""Write docs/state-diagrams.md from the six transition tables (`kernel/specs/diagrams.py`)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import kernel
 from kernel import Applied, Code, Rejected
 
@@ -59,6 +61,7 @@ def test_package_docstring_example_runs() -> None:
     assert failed == 0
 
 
+@pytest.mark.slow  # the README's main job: the whole corpus, guard and kill modes
 def test_the_main_job_command_replays_the_corpus_with_no_divergence() -> None:
     """The README's main-job command, as written after the install step."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -52,25 +52,30 @@ from conformance.journal.trace import (
 )
 from conformance.run.corpus import read_text, trace_paths, write_text
 from conformance.run.trace import TokenNames, TraceHeader, trace_token
-from kernel.identity import execution_spec_digest, offer_id
-from kernel.specs.journal import DeliveryKind
-from kernel.specs.states import LeaseStatus
-from kernel.worker.codec import JournalCorrupt, decode_record, encode_record
-from kernel.worker.journal import (
+from kernel import execution_spec_digest, offer_id
+from kernel.specs import DeliveryKind, LeaseStatus
+from kernel.worker import (
     CompletionAcknowledged,
     ControlPlaneAlreadyRunning,
     DeliveryAccepted,
     FailStartAcknowledged,
     HandleReturned,
     JournalApplied,
+    JournalCorrupt,
     JournalEvent,
+    JournalRecord,
+    Offer,
+    OfferCandidate,
+    OfferLease,
+    OfferWorker,
     PrepareFailed,
     PrepareSucceeded,
     RunningAcknowledged,
     StartingAcknowledged,
+    decode_record,
+    encode_record,
     journal_step,
 )
-from kernel.worker.record import JournalRecord, Offer, OfferCandidate, OfferLease, OfferWorker
 
 T0: Final = 1_000_000
 WALK_SEED: Final = 6_000

@@ -59,16 +59,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TextIO
 
-from kernel.entities import WorkerSession
-from kernel.specs.codes import Code
-from kernel.specs.inbox_lifecycle import InboxState
-from kernel.specs.journal import JournalState
-from kernel.specs.states import WorkerSessionStatus
-from kernel.worker.codec import JournalCorrupt, decode_record, encode_record
-from kernel.worker.coordinator import CompletionSubmission
-from kernel.worker.record import JournalRecord, Offer, OfferLease
+from kernel import WorkerSession
+from kernel.specs import Code, InboxState, JournalState, WorkerSessionStatus
+from kernel.worker import (
+    CompletionSubmission,
+    JournalCorrupt,
+    JournalRecord,
+    Offer,
+    OfferLease,
+    decode_record,
+    encode_record,
+)
 from runners.edge.store import EdgeStore
 from runners.worker.control_plane import EngineControlPlane
+from runners.worker.coordinator import CoordinatorResult
 from runners.worker.journal.file import FileJournal
 from runners.worker.journal.lock import JournalOwnership
 from runners.worker.journal.port import JournalError, JournalPage
@@ -78,7 +82,6 @@ from runners.worker.posix.adapters import PosixExecutorPort, SpawnJournal
 from runners.worker.posix.executor import PosixExecutor
 from runners.worker.posix.receipts import CompletionReceiptStore, Receipt
 from runners.worker.receiver import DeliveryResult
-from runners.worker.recovery import CoordinatorResult
 from runners.worker.runtime import WorkerRuntime
 
 __all__ = [
@@ -101,7 +104,6 @@ GENERATION: Final = 1
 SESSION_EXPIRES_AT_MS: Final = 4_102_444_800_000
 EXECUTOR_TYPE: Final = "shell"
 
-S = JournalState
 
 #: Every boundary `--kill-point` can name: (phase, target).
 KILL_TARGETS: Final[frozenset[tuple[str, str]]] = frozenset(
@@ -138,7 +140,7 @@ def encode_delivery(offer: Offer) -> bytes:
     """One `deliver` line: the offer inside an `accepted` revision-0 record, in the journal's
     strict codec (the bytes carry the lease token: they go through the pipe only)."""
     carrier = JournalRecord(
-        revision=0, state=S.ACCEPTED, offer=offer, accepted_at_ms=0, updated_at_ms=0
+        revision=0, state=JournalState.ACCEPTED, offer=offer, accepted_at_ms=0, updated_at_ms=0
     )
     return b"deliver " + encode_record(carrier) + b"\n"
 
@@ -235,11 +237,15 @@ class _Instruments:
         return record.state.value
 
     def seen(self, record: JournalRecord | None) -> JournalRecord | None:
-        if record is None or not self.forget_launching or record.state is not S.LAUNCHING:
+        if (
+            record is None
+            or not self.forget_launching
+            or record.state is not JournalState.LAUNCHING
+        ):
             return record
         return dataclasses.replace(
             record,
-            state=S.STARTING_ACKNOWLEDGED,
+            state=JournalState.STARTING_ACKNOWLEDGED,
             executor_started_at_ms=None,
             log_artifact_id=None,
             callback_sequence=None,

@@ -47,16 +47,15 @@ from conformance.journal.trace import (
     decode_operation,
     projection,
 )
-from kernel.specs.budgets import HARD_LIMITS
-from kernel.specs.codes import Code
-from kernel.specs.journal_ownership import (
+from kernel.specs import (
+    HARD_LIMITS,
     REFUSAL_CODES,
+    Code,
     OwnershipState,
     OwnershipTrigger,
     next_ownership_state,
 )
-from kernel.worker.codec import JournalCorrupt, decode_record, encode_record
-from kernel.worker.record import JournalRecord
+from kernel.worker import JournalCorrupt, JournalRecord, decode_record, encode_record
 from runners.worker.journal.port import JournalError, JournalPage
 
 __all__ = ["ReferenceJournal", "ReferenceRoot", "ReferenceWorld"]

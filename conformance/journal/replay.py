@@ -66,8 +66,8 @@ from conformance.journal.trace import (
     JournalTrace,
     Operation,
     OpResult,
-    OwnedJournal,
     SimulatedCrash,
+    TraceJournal,
     call_store,
     damaged,
     decode_operation,
@@ -200,7 +200,7 @@ class Instance(Protocol):
     """One adapter instance (unowned when opened) with its fault seam."""
 
     @property
-    def store(self) -> OwnedJournal: ...
+    def store(self) -> TraceJournal: ...
 
     @property
     def touched(self) -> bool:
@@ -298,7 +298,7 @@ class _FileInstance:
         self._store = FileJournal(root, capacity=capacity, _os=self._seam)
 
     @property
-    def store(self) -> OwnedJournal:
+    def store(self) -> TraceJournal:
         return self._store
 
     @property
@@ -417,7 +417,7 @@ class _SqliteInstance:
             raise plan[1]()
 
     @property
-    def store(self) -> OwnedJournal:
+    def store(self) -> TraceJournal:
         return self._store
 
     @property

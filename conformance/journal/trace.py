@@ -40,9 +40,8 @@ from conformance.run.trace import (
     canonical,
     trace_token,
 )
-from kernel.specs.budgets import HARD_LIMITS
-from kernel.worker.codec import JournalCorrupt, decode_record, encode_record
-from kernel.worker.record import JournalRecord
+from kernel.specs import HARD_LIMITS
+from kernel.worker import JournalCorrupt, JournalRecord, decode_record, encode_record
 from runners.worker.journal.port import JournalError, JournalPage, JournalStore
 
 __all__ = [
@@ -70,8 +69,8 @@ __all__ = [
     "JournalTrace",
     "OpResult",
     "Operation",
-    "OwnedJournal",
     "SimulatedCrash",
+    "TraceJournal",
     "call_store",
     "damaged",
     "decode_operation",
@@ -226,7 +225,7 @@ class OpResult:
         return self.kind
 
 
-class OwnedJournal(JournalStore, Protocol):
+class TraceJournal(JournalStore, Protocol):
     """A journal port with its ownership operations (both adapters, the reference)."""
 
     def acquire(self) -> None: ...
@@ -447,7 +446,7 @@ def decode_operation(command: JournalCommand, line: int = 0) -> Operation:
     return Operation(command.name, record, expected, offer_id, after, limit)
 
 
-def _dispatch(store: OwnedJournal, op: Operation) -> Any:
+def _dispatch(store: TraceJournal, op: Operation) -> Any:
     if op.name == "create":
         assert op.record is not None
         store.create(op.record)
@@ -475,7 +474,7 @@ def _dispatch(store: OwnedJournal, op: Operation) -> Any:
     return None
 
 
-def call_store(store: OwnedJournal, op: Operation) -> OpResult:
+def call_store(store: TraceJournal, op: Operation) -> OpResult:
     """One operation on a store, as every world reports it: a `JournalError` is `error` with
     its code, a `ValueError` (an argument outside the port's range, FJ-8) is `invalid`, a
     simulated crash is `crashed`."""

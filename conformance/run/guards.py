@@ -47,14 +47,14 @@ from kernel import (
     InsertLease,
     InsertPolicy,
     InsertRun,
+    Rejected,
     UpdateAttempt,
     UpdateLease,
     UpdatePolicy,
     UpdateRun,
     apply,
 )
-from kernel.outcomes import Rejected
-from kernel.specs.states import AttemptStatus, LeaseStatus
+from kernel.specs import AttemptStatus, LeaseStatus
 from runners.engine import StaleWrite, Storage, load_for
 
 #: The capability an adapter declares when `adapter.store` is the engine's storage port.

@@ -28,8 +28,7 @@ from conformance.run.edge import CAPABILITIES, EdgeAdapter
 from conformance.run.projection import Projection, diff
 from conformance.run.replay import apply_step
 from conformance.run.trace import Step, decode_trace_command
-from kernel import Command
-from kernel.outcomes import Rejected
+from kernel import Command, Rejected
 from runners.edge.store import EdgeStore
 from runners.engine import execute
 

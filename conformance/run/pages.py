@@ -17,9 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.run.faults import Fault, FaultKind, InjectedIOError
-from kernel import Effect, RunAggregate
-from kernel.lost_retry_page import LostRetryPageResult
-from kernel.selection import Page
+from kernel import Effect, LostRetryPageResult, Page, RunAggregate
 from runners.engine import Storage, StorageTransaction
 from runners.passes import LostRetryUnavailable, lost_retry_page
 from runners.sources import Sources

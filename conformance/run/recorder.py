@@ -18,8 +18,7 @@ from conformance.run.trace import (
     encode_trace_command,
     projection_digest,
 )
-from kernel import Command
-from kernel.outcomes import Rejected
+from kernel import Command, Rejected
 
 
 class Recorder:

@@ -20,11 +20,11 @@ from kernel import (
     EffectConflict,
     Event,
     InsertAttempt,
+    Page,
     RunAggregate,
     apply_effects,
     selection,
 )
-from kernel.selection import Page
 from runners.engine import StaleWrite
 
 

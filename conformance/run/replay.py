@@ -11,8 +11,7 @@ from conformance.run.faults import FaultKind
 from conformance.run.pages import LostRetryPass, SourceQuery
 from conformance.run.projection import diff
 from conformance.run.trace import Step, Trace, canonical, decode_trace_command
-from kernel import Command
-from kernel.outcomes import Rejected
+from kernel import Command, Rejected
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,16 @@ import kernel
 from conformance.run.faults import Fault, FaultKind
 from conformance.run.pages import SOURCE_PARAMS, LostRetryPass, PageRequest, SourceQuery
 from conformance.run.projection import Projection
-from kernel import Command, CommandError, Outcome, Secret
-from kernel.codec import decode_command, decode_provider_policy, encode_command
-from kernel.outcomes import Rejected
+from kernel import (
+    Command,
+    CommandError,
+    Outcome,
+    Rejected,
+    Secret,
+    decode_command,
+    decode_provider_policy,
+    encode_command,
+)
 
 TRACE_VERSION = 1
 COMPONENTS = ("run", "journal", "workflow", "approved_action")

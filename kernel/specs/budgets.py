@@ -38,6 +38,7 @@ __all__ = [
     "BUDGETS",
     "HARD_LIMITS",
     "REFUSED",
+    "WORKER_COMPLETION_POLL_PAGE",
     "ApprovedActionBudget",
     "BudgetError",
     "ClaimedDispatcherBudget",
@@ -518,6 +519,12 @@ BUDGETS: Final[Mapping[Profile, ProfileBudget]] = MappingProxyType(
         Profile.WORKER: _WORKER,
     }
 )
+
+
+#: The Worker's completion poll (E-6; §3.11, §3.12 driven one journal page at a time): records per
+#: call [decision WK-6]. §6.3 has no row for it; it is the terminal-retention page (the other
+#: per-call journal page of the Worker host), and at most the list page maximum (F-8).
+WORKER_COMPLETION_POLL_PAGE: Final = 16
 
 
 def budget_for(profile: Profile) -> ProfileBudget:

@@ -1,44 +1,46 @@
 """State diagrams generated from the literal transition tables (ARCHITECTURE rule 2).
 
-`render()` returns Markdown with one Mermaid `stateDiagram-v2` per machine; the committed
-`docs/state-diagrams.md` is its output (`python scripts/generate_state_diagrams.py`; a test keeps
-the two equal).
+`render()` returns Markdown with one Mermaid `stateDiagram-v2` per machine, drawn by
+`Table.mermaid()` from the same `Table` the code consults; the committed `docs/state-diagrams.md`
+is its output (`python scripts/generate_state_diagrams.py`; a test keeps the two equal).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Mapping
-from enum import StrEnum
-from typing import TypeVar
+from typing import Any, Final
 
-from kernel.specs.tables import (
-    ATTEMPT_INITIAL,
-    ATTEMPT_TRANSITIONS,
-    LEASE_INITIAL,
-    LEASE_TRANSITIONS,
-    RUN_INITIAL,
-    RUN_TRANSITIONS,
+from kernel.specs.inbox_lifecycle import INBOX_TABLE
+from kernel.specs.journal import JOURNAL_TABLE, TRIGGER_REASONS
+from kernel.specs.journal_ownership import OWNERSHIP_TABLE
+from kernel.specs.table import Table
+from kernel.specs.tables import ATTEMPT_TABLE, LEASE_TABLE, RUN_TABLE
+
+#: Every machine's table with the module that holds it and what its heading says, in the order
+#: of the document (the Run side, then the Worker side).
+DIAGRAMS: Final[tuple[tuple[str, Table[Any, Any], str], ...]] = (
+    ("Run", RUN_TABLE, "kernel/specs/tables.py"),
+    ("Attempt (the latest Attempt a command addresses)", ATTEMPT_TABLE, "kernel/specs/tables.py"),
+    (
+        "Run dispatch lease (the lease rows a command changes)",
+        LEASE_TABLE,
+        "kernel/specs/tables.py",
+    ),
+    ("Journal record (SPEC §3.6)", JOURNAL_TABLE, "kernel/specs/journal.py"),
+    ("Journal ownership (SPEC §3.9)", OWNERSHIP_TABLE, "kernel/specs/journal_ownership.py"),
+    ("Inbox lifecycle (SPEC §3.10)", INBOX_TABLE, "kernel/specs/inbox_lifecycle.py"),
 )
 
-S = TypeVar("S", bound=StrEnum)
 
-
-def _diagram(
-    title: str,
-    table: Mapping[tuple[S, str], frozenset[S]],
-    initial: Mapping[str, S],
-) -> str:
-    edges: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for (source, command), targets in table.items():
-        for target in targets:
-            edges[(source.value, target.value)].append(command)
-    for command, first in initial.items():
-        edges[("[*]", first.value)].append(command)
-    lines = [f"### {title}", "", "```mermaid", "stateDiagram-v2"]
-    for (src, dst), commands in sorted(edges.items()):
-        lines.append(f"    {src} --> {dst}: {', '.join(sorted(set(commands)))}")
-    lines += ["```", ""]
+def _section(title: str, table: Table[Any, Any], module: str) -> str:
+    lines = [f"### {title}", "", f"`{module}`, {len(table.edges())} edges.", ""]
+    if table is JOURNAL_TABLE:
+        lines.append("Recovery reasons the rows write (`TRIGGER_REASONS`):")
+        lines.append("")
+        for trigger, reasons in TRIGGER_REASONS.items():
+            names = ", ".join(sorted(reason.value for reason in reasons))
+            lines.append(f"- `{trigger.value}`: {names}")
+        lines.append("")
+    lines += ["```mermaid", table.mermaid(), "```", ""]
     return "\n".join(lines)
 
 
@@ -47,15 +49,11 @@ def render() -> str:
         [
             "# State diagrams",
             "",
-            "Generated from `kernel/specs/tables.py` by `scripts/generate_state_diagrams.py`;"
-            " do not edit by hand. An edge lists every command that may take it.",
+            "Generated from the `Table` of every machine (`kernel/specs/table.py`) by"
+            " `scripts/generate_state_diagrams.py`; do not edit by hand. An arrow lists every"
+            " trigger (a command name on the Run side) that may take it; `[*]` is no entity"
+            " (an arrow from it creates, an arrow to it deletes).",
             "",
-            _diagram("Run", RUN_TRANSITIONS, RUN_INITIAL),
-            _diagram(
-                "Attempt (the latest Attempt a command addresses)",
-                ATTEMPT_TRANSITIONS,
-                ATTEMPT_INITIAL,
-            ),
-            _diagram("Run dispatch lease", LEASE_TRANSITIONS, LEASE_INITIAL),
+            *(_section(title, table, module) for title, table, module in DIAGRAMS),
         ]
     )

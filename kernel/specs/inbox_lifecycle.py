@@ -1,6 +1,6 @@
 """The Worker execution offer inbox lifecycle as data (SPEC §3.10, ADR-0021 §5; INBOX-28).
 
-Read it like h11's `_state.py`: `INBOX_TRANSITIONS` is the whole legal surface of
+Read it like h11's `_state.py`: `INBOX_TABLE` (a `Table`) is the whole legal surface of
 `WorkerExecutionOfferInboxLifecycle` (runner side, `runners/worker/inbox_lifecycle.py`); the
 runner consults it before every state change and refuses any pair that is not listed, so the
 lifecycle can only ever walk these edges.
@@ -18,15 +18,15 @@ exactly those for which the supervisor plans an action (§3.13).
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Final
 
 from kernel.specs.journal import AuditClass
+from kernel.specs.table import Table
 
 __all__ = [
+    "ACCEPTS_DELIVERIES",
     "HOLDS_OWNERSHIP",
-    "INBOX_TRANSITIONS",
+    "INBOX_TABLE",
     "RECOVERY_CLASSES",
     "TERMINAL_INBOX_STATES",
     "InboxCode",
@@ -74,33 +74,56 @@ class InboxCode(enum.StrEnum):
     RELEASE_FAILED = "INBOX_RELEASE_FAILED"  # release() raised something not a JournalError
 
 
-_S = InboxState
-_T = InboxTrigger
-
 # fmt: off
-INBOX_TRANSITIONS: Final[Mapping[tuple[InboxState, InboxTrigger], InboxState]] = MappingProxyType({
-    (_S.INERT, _T.START):                 _S.ACQUIRING,
-    (_S.INERT, _T.STOP):                  _S.STOPPED,     # stopped before it ever started
-    (_S.ACQUIRING, _T.ACQUIRED):          _S.AUDITING,
-    (_S.ACQUIRING, _T.ACQUIRE_FAILED):    _S.REFUSED,
-    (_S.AUDITING, _T.RECOVERY_NEEDED):    _S.RECOVERING,
-    (_S.AUDITING, _T.AUDIT_COMPLETE):     _S.HOLDING,
-    (_S.AUDITING, _T.REFUSED):            _S.REFUSED,
-    (_S.RECOVERING, _T.RECOVERED):        _S.REAUDITING,
-    (_S.RECOVERING, _T.REFUSED):          _S.REFUSED,
-    (_S.REAUDITING, _T.AUDIT_COMPLETE):   _S.HOLDING,
-    (_S.REAUDITING, _T.REFUSED):          _S.REFUSED,
-    (_S.HOLDING, _T.STOP):                _S.STOPPING,
-    (_S.STOPPING, _T.RELEASED):           _S.STOPPED,
+INBOX_TABLE: Final = Table.of("Inbox lifecycle", InboxState, InboxTrigger, {
+    InboxState.INERT: {
+        InboxTrigger.START:            InboxState.ACQUIRING,
+        InboxTrigger.STOP:             InboxState.STOPPED,     # stopped before it ever started
+    },
+    InboxState.ACQUIRING: {
+        InboxTrigger.ACQUIRED:         InboxState.AUDITING,
+        InboxTrigger.ACQUIRE_FAILED:   InboxState.REFUSED,     # nothing taken, nothing released
+    },
+    InboxState.AUDITING: {
+        InboxTrigger.RECOVERY_NEEDED:  InboxState.RECOVERING,
+        InboxTrigger.AUDIT_COMPLETE:   InboxState.HOLDING,
+        InboxTrigger.REFUSED:          InboxState.REFUSED,
+    },
+    InboxState.RECOVERING: {
+        InboxTrigger.RECOVERED:        InboxState.REAUDITING,
+        InboxTrigger.REFUSED:          InboxState.REFUSED,
+    },
+    InboxState.REAUDITING: {
+        InboxTrigger.AUDIT_COMPLETE:   InboxState.HOLDING,
+        InboxTrigger.REFUSED:          InboxState.REFUSED,
+    },
+    InboxState.HOLDING: {
+        InboxTrigger.STOP:             InboxState.STOPPING,
+    },
+    InboxState.STOPPING: {
+        InboxTrigger.RELEASED:         InboxState.STOPPED,
+    },
+    InboxState.STOPPED: {},
+    InboxState.REFUSED: {},
 })
 # fmt: on
 
 #: No edge leaves these: the lifecycle is single-use [decision IL-2].
-TERMINAL_INBOX_STATES: Final = frozenset({_S.STOPPED, _S.REFUSED})
+TERMINAL_INBOX_STATES: Final = frozenset({InboxState.STOPPED, InboxState.REFUSED})
+
+#: §3.10: the transport delivers offers only once startup is complete and the lifecycle holds the
+#: journal (the Worker runtime refuses a delivery in any other state, `JOURNAL_NOT_OWNED`).
+ACCEPTS_DELIVERIES: Final = frozenset({InboxState.HOLDING})
 
 #: The states in which this lifecycle holds the journal ownership (acquired, not yet released).
 HOLDS_OWNERSHIP: Final = frozenset(
-    {_S.AUDITING, _S.RECOVERING, _S.REAUDITING, _S.HOLDING, _S.STOPPING}
+    {
+        InboxState.AUDITING,
+        InboxState.RECOVERING,
+        InboxState.REAUDITING,
+        InboxState.HOLDING,
+        InboxState.STOPPING,
+    }
 )
 
 #: §3.10 [decision]: an injected recovery runs when the audit has any entry of these classes.
@@ -114,5 +137,5 @@ RECOVERY_CLASSES: Final = frozenset(
 
 
 def next_inbox_state(state: InboxState, trigger: InboxTrigger) -> InboxState | None:
-    """The state after `trigger` in `state`, or None when the pair is not an edge (total)."""
-    return INBOX_TRANSITIONS.get((state, trigger))
+    """The state after `trigger` in `state`, or None when the pair is missing (total)."""
+    return INBOX_TABLE.successor(state, trigger)

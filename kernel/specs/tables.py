@@ -1,121 +1,191 @@
-"""Allowed-transition tables, one literal mapping per machine (ARCHITECTURE rule 2).
+"""The Run, Attempt and Run dispatch lease tables (SPEC §1.7-§1.9, §2; ARCHITECTURE rule 2).
 
-Each table maps `(from status, command name)` to the set of statuses the entity may hold after an
-`Applied` outcome of that command. A pair that is absent is never applied: the transition returns
-`Rejected`, `Replayed` or `Raced` and writes nothing.
-- Run table: every applied command on an existing Run is a pair, even one that keeps its status.
+Each is a `Table` over a status enum and `CommandName`: for every `(status before, command)` row,
+the statuses the entity may hold after an `Applied` outcome of that command. A missing pair is
+never applied: the transition returns `Rejected`, `Replayed` or `Raced` and writes nothing
+(RUN-05). The transaction builder (`kernel/transitions/transaction.py`) checks every change of
+every `Applied` against them.
+- Run table: every applied command on an existing Run is a row, even one that keeps its status.
 - Attempt table: the latest Attempt before the command (the one every command addresses), with
   its status afterwards, changed or not.
-- Lease table: only lease rows a command changes (most commands leave leases alone). Creation edges (admission, a retry Attempt, a grant) are listed in
-the `*_INITIAL` maps. Read them like h11's `_state.py`: this is the whole legal surface.
+- Lease table: only the lease rows a command changes (most commands leave leases alone).
+The `None` source is creation: admission creates the Run and Attempt 1, a lost retry (R5) creates
+Attempt N+1, a grant (T1) creates a lease. Read them like h11's `_state.py`: this is the whole
+legal surface; the comments name the SPEC transition of a row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from types import MappingProxyType
+import enum
 from typing import Final
 
-from kernel.specs.states import AttemptStatus as A
-from kernel.specs.states import LeaseStatus as L
-from kernel.specs.states import RunStatus as R
+from kernel.specs.states import AttemptStatus, LeaseStatus, RunStatus
+from kernel.specs.table import Table
 
-_OUTCOMES_R: Final = frozenset({R.SUCCEEDED, R.FAILED, R.CANCELLED, R.TIMED_OUT})
-_OUTCOMES_A: Final = frozenset({A.SUCCEEDED, A.FAILED, A.CANCELLED, A.TIMED_OUT})
-_CANCEL_R: Final = frozenset({R.CANCELLED, R.TIMED_OUT})
-_CANCEL_A: Final = frozenset({A.CANCELLED, A.TIMED_OUT})
+__all__ = ["ATTEMPT_TABLE", "LEASE_TABLE", "RUN_TABLE", "CommandName"]
 
 
-def _same(*states: R) -> dict[R, frozenset[R]]:
-    return {s: frozenset({s}) for s in states}
+class CommandName(enum.StrEnum):
+    """The triggers of the Run-side tables: the `name` of every command (`kernel.commands`)."""
 
+    ADMIT_RUN = "admit_run"
+    CREATE_RUN = "create_run"
+    GRANT_LEASE = "grant_lease"
+    ACKNOWLEDGE_STARTING = "acknowledge_starting"
+    RENEW_LEASE = "renew_lease"
+    ACKNOWLEDGE_RUNNING = "acknowledge_running"
+    FAIL_START = "fail_start"
+    COMPLETE_WITH_LEASE = "complete_with_lease"
+    EXPIRE_WITH_LEASE = "expire_with_lease"
+    REQUEST_CANCEL = "request_cancel"
+    CONVERGE_CANCEL = "converge_cancel"
+    LOST_RETRY_STEP = "lost_retry_step"
+    ACTIVATE_LOCAL = "activate_local"
+    RECORD_LOCAL_HANDLE = "record_local_handle"
+    COMPLETE_LOCAL = "complete_local"
+    RECORD_LOCAL_STOP = "record_local_stop"
+    RECOVER_LOCAL_STARTUP = "recover_local_startup"
+    FAIL_ORPHANED_CREATED = "fail_orphaned_created"
+    RECOVER_RUNTIME = "recover_runtime"
+
+
+_RUN_OUTCOMES: Final = frozenset(
+    {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT}
+)
+_RUN_OUTCOMES_OR_LOST: Final = _RUN_OUTCOMES | {RunStatus.LOST}
+_RUN_CANCELLED: Final = frozenset({RunStatus.CANCELLED, RunStatus.TIMED_OUT})
+#: T7 (back to `queued`), T8 (`lost`), T9 (the lease was renewed meanwhile: unchanged).
+_RUN_EXPIRY: Final = frozenset({RunStatus.QUEUED, RunStatus.LOST, RunStatus.DISPATCHING})
+_ATTEMPT_OUTCOMES: Final = frozenset(
+    {
+        AttemptStatus.SUCCEEDED,
+        AttemptStatus.FAILED,
+        AttemptStatus.CANCELLED,
+        AttemptStatus.TIMED_OUT,
+    }
+)
+_ATTEMPT_OUTCOMES_OR_LOST: Final = _ATTEMPT_OUTCOMES | {AttemptStatus.LOST}
+_ATTEMPT_CANCELLED: Final = frozenset({AttemptStatus.CANCELLED, AttemptStatus.TIMED_OUT})
 
 # fmt: off
-RUN_TRANSITIONS: Final[Mapping[tuple[R, str], frozenset[R]]] = MappingProxyType({
-    # §1.7 dispatch, start, completion, expiry
-    (R.QUEUED, "grant_lease"):                 frozenset({R.DISPATCHING}),               # T1
-    (R.DISPATCHING, "acknowledge_starting"):   frozenset({R.DISPATCHING}),               # T2
-    (R.DISPATCHING, "renew_lease"):            frozenset({R.DISPATCHING}),               # T3
-    (R.RUNNING, "renew_lease"):                frozenset({R.RUNNING}),                   # T3
-    (R.DISPATCHING, "acknowledge_running"):    frozenset({R.RUNNING}),                   # T4
-    (R.DISPATCHING, "fail_start"):             frozenset({R.FAILED}),                    # T5
-    (R.DISPATCHING, "complete_with_lease"):    _OUTCOMES_R,                              # T6
-    (R.RUNNING, "complete_with_lease"):        _OUTCOMES_R,                              # T6
-    (R.DISPATCHING, "expire_with_lease"):      frozenset({R.QUEUED, R.LOST, R.DISPATCHING}),  # T7 T8 T9
-    (R.RUNNING, "expire_with_lease"):          frozenset({R.LOST, R.RUNNING}),           # T8 T9
-    # §1.7 local executor path
-    (R.QUEUED, "activate_local"):              frozenset({R.DISPATCHING}),               # L1
-    (R.DISPATCHING, "record_local_handle"):    frozenset({R.RUNNING}),                   # L2
-    (R.DISPATCHING, "complete_local"):         _OUTCOMES_R,                              # L3
-    (R.RUNNING, "complete_local"):             _OUTCOMES_R,                              # L3
-    (R.RUNNING, "record_local_stop"):          _CANCEL_R,                                # L4 L5
-    # §1.8 lost retry
-    (R.LOST, "lost_retry_step"):               frozenset({R.RETRY_WAIT, R.FAILED}),      # R1-R4
-    (R.RETRY_WAIT, "lost_retry_step"):         frozenset({R.QUEUED, R.FAILED}),          # R1-R3, R5
-    # §1.9 cancellation
-    **{(s, "request_cancel"): frozenset({s}) for s in (
-        R.CREATED, R.QUEUED, R.DISPATCHING, R.RUNNING, R.LOST, R.RETRY_WAIT)},
-    **{(s, "converge_cancel"): _CANCEL_R for s in (
-        R.CREATED, R.QUEUED, R.DISPATCHING, R.LOST, R.RETRY_WAIT)},
-    # §2.2 local startup recovery, §2.3 cluster runtime recovery
-    (R.DISPATCHING, "recover_local_startup"):  _OUTCOMES_R | {R.LOST},
-    (R.RUNNING, "recover_local_startup"):      _OUTCOMES_R | {R.LOST},
-    (R.CREATED, "fail_orphaned_created"):      frozenset({R.FAILED}),
-    (R.DISPATCHING, "recover_runtime"):        _OUTCOMES_R | {R.LOST, R.QUEUED},
-    (R.RUNNING, "recover_runtime"):            _OUTCOMES_R | {R.LOST},
+RUN_TABLE: Final = Table.of("Run", RunStatus, CommandName, {
+    None: {
+        CommandName.ADMIT_RUN:              RunStatus.QUEUED,                              # A-5
+        CommandName.CREATE_RUN:             RunStatus.CREATED,                             # B-07
+    },
+    RunStatus.CREATED: {
+        CommandName.REQUEST_CANCEL:         RunStatus.CREATED,                             # §1.9
+        CommandName.CONVERGE_CANCEL:        _RUN_CANCELLED,                                # §1.9
+        CommandName.FAIL_ORPHANED_CREATED:  RunStatus.FAILED,                              # §2.2
+    },
+    RunStatus.QUEUED: {
+        CommandName.GRANT_LEASE:            RunStatus.DISPATCHING,                         # T1
+        CommandName.ACTIVATE_LOCAL:         RunStatus.DISPATCHING,                         # L1
+        CommandName.REQUEST_CANCEL:         RunStatus.QUEUED,                              # §1.9
+        CommandName.CONVERGE_CANCEL:        _RUN_CANCELLED,                                # §1.9
+    },
+    RunStatus.DISPATCHING: {
+        CommandName.ACKNOWLEDGE_STARTING:   RunStatus.DISPATCHING,                         # T2
+        CommandName.RENEW_LEASE:            RunStatus.DISPATCHING,                         # T3
+        CommandName.ACKNOWLEDGE_RUNNING:    RunStatus.RUNNING,                             # T4
+        CommandName.FAIL_START:             RunStatus.FAILED,                              # T5
+        CommandName.COMPLETE_WITH_LEASE:    _RUN_OUTCOMES,                                 # T6
+        CommandName.EXPIRE_WITH_LEASE:      _RUN_EXPIRY,                                   # T7-T9
+        CommandName.RECORD_LOCAL_HANDLE:    RunStatus.RUNNING,                             # L2
+        CommandName.COMPLETE_LOCAL:         _RUN_OUTCOMES,                                 # L3
+        CommandName.REQUEST_CANCEL:         RunStatus.DISPATCHING,                         # §1.9
+        CommandName.CONVERGE_CANCEL:        _RUN_CANCELLED,                                # §1.9
+        CommandName.RECOVER_LOCAL_STARTUP:  _RUN_OUTCOMES_OR_LOST,                         # §2.2
+        CommandName.RECOVER_RUNTIME:        _RUN_OUTCOMES_OR_LOST | {RunStatus.QUEUED},    # §2.3
+    },
+    RunStatus.RUNNING: {
+        CommandName.RENEW_LEASE:            RunStatus.RUNNING,                             # T3
+        CommandName.COMPLETE_WITH_LEASE:    _RUN_OUTCOMES,                                 # T6
+        CommandName.EXPIRE_WITH_LEASE:      {RunStatus.LOST, RunStatus.RUNNING},           # T8 T9
+        CommandName.COMPLETE_LOCAL:         _RUN_OUTCOMES,                                 # L3
+        CommandName.RECORD_LOCAL_STOP:      _RUN_CANCELLED,                                # L4 L5
+        CommandName.REQUEST_CANCEL:         RunStatus.RUNNING,                             # §1.9
+        CommandName.RECOVER_LOCAL_STARTUP:  _RUN_OUTCOMES_OR_LOST,                         # §2.2
+        CommandName.RECOVER_RUNTIME:        _RUN_OUTCOMES_OR_LOST,                         # §2.3
+    },
+    RunStatus.LOST: {
+        CommandName.LOST_RETRY_STEP:        {RunStatus.RETRY_WAIT, RunStatus.FAILED},      # R1-R4
+        CommandName.REQUEST_CANCEL:         RunStatus.LOST,                                # §1.9
+        CommandName.CONVERGE_CANCEL:        _RUN_CANCELLED,                                # §1.9
+    },
+    RunStatus.RETRY_WAIT: {  # R1-R3 fail the waiting Run, R5 queues it again
+        CommandName.LOST_RETRY_STEP:        {RunStatus.QUEUED, RunStatus.FAILED},
+        CommandName.REQUEST_CANCEL:         RunStatus.RETRY_WAIT,                          # §1.9
+        CommandName.CONVERGE_CANCEL:        _RUN_CANCELLED,                                # §1.9
+    },
+    RunStatus.SUCCEEDED: {},
+    RunStatus.FAILED: {},
+    RunStatus.CANCELLED: {},
+    RunStatus.TIMED_OUT: {},
 })
 
-RUN_INITIAL: Final[Mapping[str, R]] = MappingProxyType({
-    "admit_run": R.QUEUED,    # A-5
-    "create_run": R.CREATED,  # two-phase admission, B-07
+ATTEMPT_TABLE: Final = Table.of("Attempt", AttemptStatus, CommandName, {
+    None: {
+        CommandName.ADMIT_RUN:              AttemptStatus.CLAIMED,                         # A-5
+        CommandName.LOST_RETRY_STEP:        AttemptStatus.CLAIMED,                         # R5
+    },
+    AttemptStatus.CLAIMED: {
+        CommandName.GRANT_LEASE:            AttemptStatus.CLAIMED,                         # T1
+        CommandName.ACKNOWLEDGE_STARTING:   AttemptStatus.STARTING,                        # T2
+        CommandName.EXPIRE_WITH_LEASE:      AttemptStatus.CLAIMED,                         # T7
+        CommandName.ACTIVATE_LOCAL:         AttemptStatus.STARTING,                        # L1
+        CommandName.REQUEST_CANCEL:         AttemptStatus.CLAIMED,                         # §1.9
+        CommandName.CONVERGE_CANCEL:        _ATTEMPT_CANCELLED,                            # §1.9
+        CommandName.RECOVER_RUNTIME:        AttemptStatus.CLAIMED,                         # as T7
+    },
+    AttemptStatus.STARTING: {
+        CommandName.RENEW_LEASE:            AttemptStatus.STARTING,                        # T3
+        CommandName.ACKNOWLEDGE_RUNNING:    AttemptStatus.RUNNING,                         # T4
+        CommandName.FAIL_START:             AttemptStatus.FAILED,                          # T5
+        CommandName.COMPLETE_WITH_LEASE:    _ATTEMPT_OUTCOMES,                             # T6
+        CommandName.EXPIRE_WITH_LEASE:      {AttemptStatus.LOST, AttemptStatus.STARTING},  # T8 T9
+        CommandName.RECORD_LOCAL_HANDLE:    AttemptStatus.RUNNING,                         # L2
+        CommandName.COMPLETE_LOCAL:         _ATTEMPT_OUTCOMES,                             # L3
+        CommandName.REQUEST_CANCEL:         AttemptStatus.STARTING,                        # §1.9
+        CommandName.RECOVER_LOCAL_STARTUP:  _ATTEMPT_OUTCOMES_OR_LOST,                     # §2.2
+        CommandName.RECOVER_RUNTIME:        _ATTEMPT_OUTCOMES_OR_LOST,                     # §2.3
+    },
+    AttemptStatus.RUNNING: {
+        CommandName.RENEW_LEASE:            AttemptStatus.RUNNING,                         # T3
+        CommandName.COMPLETE_WITH_LEASE:    _ATTEMPT_OUTCOMES,                             # T6
+        CommandName.EXPIRE_WITH_LEASE:      {AttemptStatus.LOST, AttemptStatus.RUNNING},   # T8 T9
+        CommandName.COMPLETE_LOCAL:         _ATTEMPT_OUTCOMES,                             # L3
+        CommandName.RECORD_LOCAL_STOP:      _ATTEMPT_CANCELLED,                            # L4 L5
+        CommandName.REQUEST_CANCEL:         AttemptStatus.RUNNING,                         # §1.9
+        CommandName.RECOVER_LOCAL_STARTUP:  _ATTEMPT_OUTCOMES_OR_LOST,                     # §2.2
+        CommandName.RECOVER_RUNTIME:        _ATTEMPT_OUTCOMES_OR_LOST,                     # §2.3
+    },
+    AttemptStatus.LOST: {
+        CommandName.LOST_RETRY_STEP:        AttemptStatus.LOST,                            # R1-R5
+        CommandName.REQUEST_CANCEL:         AttemptStatus.LOST,                            # §1.9
+        CommandName.CONVERGE_CANCEL:        AttemptStatus.LOST,                            # §1.9
+    },
+    AttemptStatus.SUCCEEDED: {},
+    AttemptStatus.FAILED: {},
+    AttemptStatus.CANCELLED: {},
+    AttemptStatus.TIMED_OUT: {},
 })
 
-ATTEMPT_TRANSITIONS: Final[Mapping[tuple[A, str], frozenset[A]]] = MappingProxyType({
-    (A.CLAIMED, "grant_lease"):                frozenset({A.CLAIMED}),                   # T1
-    (A.CLAIMED, "acknowledge_starting"):       frozenset({A.STARTING}),                  # T2
-    (A.STARTING, "renew_lease"):               frozenset({A.STARTING}),                  # T3
-    (A.RUNNING, "renew_lease"):                frozenset({A.RUNNING}),                   # T3
-    (A.STARTING, "acknowledge_running"):       frozenset({A.RUNNING}),                   # T4
-    (A.STARTING, "fail_start"):                frozenset({A.FAILED}),                    # T5
-    (A.STARTING, "complete_with_lease"):       _OUTCOMES_A,                              # T6
-    (A.RUNNING, "complete_with_lease"):        _OUTCOMES_A,                              # T6
-    (A.CLAIMED, "expire_with_lease"):          frozenset({A.CLAIMED}),                   # T7
-    (A.STARTING, "expire_with_lease"):         frozenset({A.LOST, A.STARTING}),          # T8 T9
-    (A.RUNNING, "expire_with_lease"):          frozenset({A.LOST, A.RUNNING}),           # T8 T9
-    (A.CLAIMED, "activate_local"):             frozenset({A.STARTING}),                  # L1
-    (A.STARTING, "record_local_handle"):       frozenset({A.RUNNING}),                   # L2
-    (A.STARTING, "complete_local"):            _OUTCOMES_A,                              # L3
-    (A.RUNNING, "complete_local"):             _OUTCOMES_A,                              # L3
-    (A.RUNNING, "record_local_stop"):          _CANCEL_A,                                # L4 L5
-    (A.LOST, "lost_retry_step"):               frozenset({A.LOST}),                      # R1-R5
-    **{(s, "request_cancel"): frozenset({s}) for s in (
-        A.CLAIMED, A.STARTING, A.RUNNING, A.LOST)},
-    (A.CLAIMED, "converge_cancel"):            _CANCEL_A,
-    (A.LOST, "converge_cancel"):               frozenset({A.LOST}),
-    (A.STARTING, "recover_local_startup"):     _OUTCOMES_A | {A.LOST},
-    (A.RUNNING, "recover_local_startup"):      _OUTCOMES_A | {A.LOST},
-    (A.CLAIMED, "recover_runtime"):            frozenset({A.CLAIMED}),                   # as T7
-    (A.STARTING, "recover_runtime"):           _OUTCOMES_A | {A.LOST},
-    (A.RUNNING, "recover_runtime"):            _OUTCOMES_A | {A.LOST},
-})
-
-ATTEMPT_INITIAL: Final[Mapping[str, A]] = MappingProxyType({
-    "admit_run": A.CLAIMED,        # A-5: Attempt 1
-    "lost_retry_step": A.CLAIMED,  # R5: Attempt N+1
-})
-
-LEASE_TRANSITIONS: Final[Mapping[tuple[L, str], frozenset[L]]] = MappingProxyType({
-    (L.LEASED, "acknowledge_starting"):        frozenset({L.LEASED}),                    # T2
-    (L.LEASED, "renew_lease"):                 frozenset({L.LEASED}),                    # T3
-    (L.LEASED, "acknowledge_running"):         frozenset({L.LEASED}),                    # T4
-    (L.LEASED, "fail_start"):                  frozenset({L.RELEASED}),                  # T5
-    (L.LEASED, "complete_with_lease"):         frozenset({L.COMPLETED}),                 # T6
-    (L.LEASED, "expire_with_lease"):           frozenset({L.RELEASED}),                  # T7 T8 T9
-    (L.LEASED, "converge_cancel"):             frozenset({L.RELEASED}),                  # §1.9
-    (L.LEASED, "recover_runtime"):             frozenset({L.RELEASED}),                  # §2.4
-})
-
-LEASE_INITIAL: Final[Mapping[str, L]] = MappingProxyType({
-    "grant_lease": L.LEASED,  # T1, version 1 (V-2)
+LEASE_TABLE: Final = Table.of("Run dispatch lease", LeaseStatus, CommandName, {
+    None: {
+        CommandName.GRANT_LEASE:            LeaseStatus.LEASED,                            # T1, V-2
+    },
+    LeaseStatus.LEASED: {
+        CommandName.ACKNOWLEDGE_STARTING:   LeaseStatus.LEASED,                            # T2
+        CommandName.RENEW_LEASE:            LeaseStatus.LEASED,                            # T3
+        CommandName.ACKNOWLEDGE_RUNNING:    LeaseStatus.LEASED,                            # T4
+        CommandName.FAIL_START:             LeaseStatus.RELEASED,                          # T5
+        CommandName.COMPLETE_WITH_LEASE:    LeaseStatus.COMPLETED,                         # T6
+        CommandName.EXPIRE_WITH_LEASE:      LeaseStatus.RELEASED,                          # T7-T9
+        CommandName.CONVERGE_CANCEL:        LeaseStatus.RELEASED,                          # §1.9
+        CommandName.RECOVER_RUNTIME:        LeaseStatus.RELEASED,                          # §2.4
+    },
+    LeaseStatus.COMPLETED: {},
+    LeaseStatus.RELEASED: {},
 })
 # fmt: on

@@ -28,14 +28,7 @@ from kernel.entities import Attempt, Event, Lease, Payload, Run, RunAggregate, R
 from kernel.outcomes import Applied, Rejected
 from kernel.specs.codes import Code
 from kernel.specs.states import Actor
-from kernel.specs.tables import (
-    ATTEMPT_INITIAL,
-    ATTEMPT_TRANSITIONS,
-    LEASE_INITIAL,
-    LEASE_TRANSITIONS,
-    RUN_INITIAL,
-    RUN_TRANSITIONS,
-)
+from kernel.specs.tables import ATTEMPT_TABLE, LEASE_TABLE, RUN_TABLE, CommandName
 
 
 def event_id(run_id: str, seq: int) -> str:
@@ -230,36 +223,35 @@ class Tx:
     def _legal(self, run: Run) -> bool:
         """Every status change must be an edge of the literal tables for this command."""
         old = self.old
-        cmd = self.command
+        try:
+            cmd = CommandName(self.command)
+        except ValueError:
+            return False  # not a command of the tables: nothing it does is legal
         if old is None:
-            if RUN_INITIAL.get(cmd) is not run.status:
+            if not RUN_TABLE.allows(None, cmd, run.status):
                 return False
-        else:
-            # Every applied transition on an existing Run is a table pair, even one that keeps
-            # the Run's status (T2, T3, T9, `request_cancel`).
-            allowed = RUN_TRANSITIONS.get((old.run.status, cmd))
-            if allowed is None or run.status not in allowed:
-                return False
+        # Every applied transition on an existing Run is a table pair, even one that keeps the
+        # Run's status (T2, T3, T9, `request_cancel`).
+        elif not RUN_TABLE.allows(old.run.status, cmd, run.status):
+            return False
         old_attempts = {a.attempt_id: a for a in old.attempts} if old else {}
         for attempt_id, attempt in self._attempts.items():
             if attempt_id in self._inserted_attempts:
-                if ATTEMPT_INITIAL.get(cmd) is not attempt.status:
+                if not ATTEMPT_TABLE.allows(None, cmd, attempt.status):
                     return False
                 continue
             before = old_attempts[attempt_id]
-            if attempt != before:
-                allowed_a = ATTEMPT_TRANSITIONS.get((before.status, cmd))
-                if allowed_a is None or attempt.status not in allowed_a:
-                    return False
+            if attempt != before and not ATTEMPT_TABLE.allows(before.status, cmd, attempt.status):
+                return False
         old_leases = {(x.attempt_id, x.lease_generation): x for x in old.leases} if old else {}
         for key, lease in self._leases.items():
             if key in self._inserted_leases:
-                if LEASE_INITIAL.get(cmd) is not lease.status:
+                if not LEASE_TABLE.allows(None, cmd, lease.status):
                     return False
                 continue
             before_lease = old_leases[key]
-            if lease != before_lease:
-                allowed_l = LEASE_TRANSITIONS.get((before_lease.status, cmd))
-                if allowed_l is None or lease.status not in allowed_l:
-                    return False
+            if lease != before_lease and not LEASE_TABLE.allows(
+                before_lease.status, cmd, lease.status
+            ):
+                return False
         return True

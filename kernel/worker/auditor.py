@@ -24,6 +24,7 @@ import icontract
 from kernel.outcomes import Rejected
 from kernel.specs.budgets import HARD_LIMITS, Paging
 from kernel.specs.codes import Code
+from kernel.specs.inbox_lifecycle import RECOVERY_CLASSES
 from kernel.specs.journal import (
     AUDIT_CLASSIFICATION,
     NEEDS_RECONCILIATION,
@@ -138,3 +139,9 @@ def audit_result(progress: AuditProgress) -> AuditResult | Rejected:
     needs = any(e.classification in NEEDS_RECONCILIATION for e in progress.entries)
     status = Code.RECONCILIATION_REQUIRED if needs else Code.READY
     return AuditResult(progress.entries, MappingProxyType(counts), status)
+
+
+def needs_recovery(result: AuditResult) -> bool:
+    """§3.10 [decision]: an injected startup recovery runs when the audit has an entry of one of
+    `RECOVERY_CLASSES` (exactly those the supervisor plans an action for, §3.13)."""
+    return any(e.classification in RECOVERY_CLASSES for e in result.entries)

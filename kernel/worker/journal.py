@@ -3,7 +3,7 @@
 `journal_step(record, event, observed_at_ms)` returns `JournalApplied(record)` (the next
 revision; `record is None` means "delete", retention only), `Replayed(code)` (nothing to write)
 or `Rejected(code)` (nothing to write), never an exception. Which (state, trigger) pairs apply is
-`kernel.specs.journal.TRANSITIONS`; this module only fills in the fields a row writes. The
+`kernel.specs.journal.JOURNAL_TABLE`; this module only fills in the fields a row writes. The
 effectful parts (journal file, control-plane calls, `Executor.start()`) are the ports' and the
 receiver's; they call this function before every write, so the journal can only ever hold what
 the table allows (INBOX-01) with the §3.3 field rules (INBOX-02).
@@ -22,8 +22,9 @@ from kernel.outcomes import Rejected, Replayed
 from kernel.specs.codes import Code
 from kernel.specs.journal import (
     FINAL_STATES,
+    JOURNAL_TABLE,
     LEASE_LOST_REASONS,
-    TRANSITIONS,
+    TRIGGER_REASONS,
     DeliveryKind,
     JournalState,
     JournalTrigger,
@@ -32,16 +33,13 @@ from kernel.specs.journal import (
 from kernel.specs.states import OutcomeKind
 from kernel.worker.record import JournalRecord, Offer, OfferLease, record_violations
 
-S = JournalState
-T = JournalTrigger
-
 
 # -- events: one per trigger of §3.6 ------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class DeliveryAccepted:
     """A valid delivery of a new offer (validated by §3.8 first): the first publish."""
 
-    trigger: ClassVar[T] = T.DELIVERY_ACCEPTED
+    trigger: ClassVar[JournalTrigger] = JournalTrigger.DELIVERY_ACCEPTED
     offer: Offer
 
 
@@ -49,7 +47,7 @@ class DeliveryAccepted:
 class StartingAcknowledged:
     """`acknowledge_starting` applied or replayed; `lease` is the lease the store returned."""
 
-    trigger: ClassVar[T] = T.STARTING_ACKNOWLEDGED
+    trigger: ClassVar[JournalTrigger] = JournalTrigger.STARTING_ACKNOWLEDGED
     lease: OfferLease
 
 
@@ -57,14 +55,14 @@ class StartingAcknowledged:
 class ControlPlaneAlreadyRunning:
     """T2x: the control plane reports the Attempt already `running` (no local handle)."""
 
-    trigger: ClassVar[T] = T.CONTROL_PLANE_ALREADY_RUNNING
+    trigger: ClassVar[JournalTrigger] = JournalTrigger.CONTROL_PLANE_ALREADY_RUNNING
 
 
 @dataclass(frozen=True, slots=True)
 class ControlPlaneTerminal:
     """T2x / T4r: the control plane reports the Attempt terminal (no fake completion)."""
 
-    trigger: ClassVar[T] = T.CONTROL_PLANE_TERMINAL
+    trigger: ClassVar[JournalTrigger] = JournalTrigger.CONTROL_PLANE_TERMINAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +70,7 @@ class PrepareSucceeded:
     """§3.5 step 7: the callback pair and the start time, written before `Executor.start()`.
     Only the token's digest: the raw token lives in the in-memory execution context."""
 
-    trigger: ClassVar[T] = T.PREPARE_SUCCEEDED
+    trigger: ClassVar[JournalTrigger] = JournalTrigger.PREPARE_SUCCEEDED
     callback_sequence: int
     callback_token_sha256: str
     executor_started_at_ms: int
@@ -81,7 +79,7 @@ class PrepareSucceeded:
 
 @dataclass(frozen=True, slots=True)
 class PrepareFailed:
-    trigger: ClassVar[T] = T.PREPARE_FAILED
+    trigger: ClassVar[JournalTrigger] = JournalTrigger.PREPARE_FAILED
     start_failure_code: str | None = None
 
 
@@ -89,7 +87,7 @@ class PrepareFailed:
 class HandleReturned:
     """§3.5 step 8: `Executor.start()` returned a stable durable handle."""
 
-    trigger: ClassVar[T] = T.HANDLE_RETURNED
+    trigger: ClassVar[JournalTrigger] = JournalTrigger.HANDLE_RETURNED
     executor_handle: str
     log_artifact_id: str | None = None
 
@@ -98,7 +96,7 @@ class HandleReturned:
 class StartRefused:
     """An explicit refusal by `Executor.start()` (the process never existed)."""
 
-    trigger: ClassVar[T] = T.START_REFUSED
+    trigger: ClassVar[JournalTrigger] = JournalTrigger.START_REFUSED
     start_failure_code: str | None = None
 
 
@@ -106,17 +104,17 @@ class StartRefused:
 class LaunchOutcomeUnknown:
     """An ambiguous start error, or `launching` found with no in-process operation."""
 
-    trigger: ClassVar[T] = T.LAUNCH_OUTCOME_UNKNOWN
+    trigger: ClassVar[JournalTrigger] = JournalTrigger.LAUNCH_OUTCOME_UNKNOWN
 
 
 @dataclass(frozen=True, slots=True)
 class RunningAcknowledged:
-    trigger: ClassVar[T] = T.RUNNING_ACKNOWLEDGED
+    trigger: ClassVar[JournalTrigger] = JournalTrigger.RUNNING_ACKNOWLEDGED
 
 
 @dataclass(frozen=True, slots=True)
 class FailStartAcknowledged:
-    trigger: ClassVar[T] = T.FAIL_START_ACKNOWLEDGED
+    trigger: ClassVar[JournalTrigger] = JournalTrigger.FAIL_START_ACKNOWLEDGED
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +122,7 @@ class CompletionAcknowledged:
     """§3.12: the control plane returned `completed` or `already_terminal`. A record without
     the callback pair gets the receipt's (a completion is always authenticated by one)."""
 
-    trigger: ClassVar[T] = T.COMPLETION_ACKNOWLEDGED
+    trigger: ClassVar[JournalTrigger] = JournalTrigger.COMPLETION_ACKNOWLEDGED
     callback_sequence: int | None = None
     callback_token_sha256: str | None = None
 
@@ -133,7 +131,7 @@ class CompletionAcknowledged:
 class LeaseLost:
     """§3.15: the lease-loss coordinator's write, `stopped` or not verifiable."""
 
-    trigger: ClassVar[T] = T.LEASE_LOST
+    trigger: ClassVar[JournalTrigger] = JournalTrigger.LEASE_LOST
     stopped: bool
 
 
@@ -141,14 +139,14 @@ class LeaseLost:
 class LeaseVersionAdvanced:
     """C-1: a delivery of the same offer carrying the same authority and a lease version."""
 
-    trigger: ClassVar[T] = T.LEASE_VERSION_ADVANCED
+    trigger: ClassVar[JournalTrigger] = JournalTrigger.LEASE_VERSION_ADVANCED
     lease: OfferLease
     delivery_kind: DeliveryKind
 
 
 @dataclass(frozen=True, slots=True)
 class RetentionDelete:
-    trigger: ClassVar[T] = T.RETENTION_DELETE
+    trigger: ClassVar[JournalTrigger] = JournalTrigger.RETENTION_DELETE
 
 
 JournalEvent = (
@@ -182,6 +180,56 @@ class JournalApplied:
 JournalOutcome = JournalApplied | Replayed | Rejected
 
 
+# -- what the journal engine answers (runners/worker/journal/engine.py) ------------------------
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The record the journal holds for the offer now, or `None`."""
+
+    record: JournalRecord | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadFailed:
+    """The journal could not be read (its `JOURNAL_*` code, never its text)."""
+
+    code: Code
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """The step is durable: `record` is the revision now in the journal (the same record when
+    the kernel answered `Replayed`: nothing needed writing)."""
+
+    record: JournalRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """A final record was removed (retention's `RetentionDelete`, §3.14)."""
+
+    offer_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class WriteFailed:
+    """Nothing was written: the kernel refused the step (`refused`, its code) or the journal
+    failed closed (its `JOURNAL_*` code, e.g. a revision conflict). The journal holds whatever
+    was durable before: re-read before assuming anything."""
+
+    code: Code
+    refused: bool = False
+
+
+JournalWrite = Written | WriteFailed
+
+
+def observation_ms(record: JournalRecord | None, clock_ms: int) -> int:
+    """The observation time of a step on `record`: the runner's clock, never behind the
+    record's last revision (the kernel refuses time running backwards, so a wall clock stepping
+    back must not wedge a record)."""
+    return clock_ms if record is None else max(clock_ms, record.updated_at_ms)
+
+
 # -- contracts ------------------------------------------------------------------------------
 def _step_ok(
     record: JournalRecord | None, event: JournalEvent, observed_at_ms: int, result: JournalOutcome
@@ -192,18 +240,18 @@ def _step_ok(
     if not isinstance(result, JournalApplied):
         return True
     source = None if record is None else record.state
-    target = TRANSITIONS.get((source, event.trigger))
-    if target is None:
-        return False
     new = result.record
+    if not JOURNAL_TABLE.allows(source, event.trigger, None if new is None else new.state):
+        return False
     if new is None:
-        return record is not None and record.state in FINAL_STATES and target.state is None
+        return record is not None and record.state in FINAL_STATES
     if record is None:
-        return new.revision == 0 and new.state is S.ACCEPTED and not record_violations(new)
-    expected_state = record.state if target.keep else target.state
+        return (
+            new.revision == 0 and new.state is JournalState.ACCEPTED and not record_violations(new)
+        )
+    reasons = TRIGGER_REASONS.get(event.trigger)
     return (
-        new.state is expected_state
-        and (not target.reasons or new.recovery_reason in target.reasons)
+        (not reasons or new.recovery_reason in reasons)
         and new.revision == record.revision + 1
         and new.offer_id == record.offer_id
         and record.state not in FINAL_STATES
@@ -224,7 +272,7 @@ def _next(record: JournalRecord, now: int, **changes: object) -> JournalApplied:
 
 
 def _recovery(record: JournalRecord, now: int, reason: RecoveryReason) -> JournalApplied:
-    return _next(record, now, state=S.RECOVERY_REQUIRED, recovery_reason=reason)
+    return _next(record, now, state=JournalState.RECOVERY_REQUIRED, recovery_reason=reason)
 
 
 @icontract.require(
@@ -242,7 +290,7 @@ def journal_step(
     """Apply one §3.6 trigger to the record found (or `None`). Total: a pair outside the table
     is `Rejected(JOURNAL_TRANSITION_INVALID)`; time never runs backwards across revisions."""
     source = None if record is None else record.state
-    if (source, event.trigger) not in TRANSITIONS:
+    if JOURNAL_TABLE.lookup(source, event.trigger) is None:
         return Rejected(Code.JOURNAL_TRANSITION_INVALID)
     if isinstance(event, DeliveryAccepted):
         if event.offer.offer_id != event.offer.derived_offer_id():
@@ -250,7 +298,7 @@ def journal_step(
         return JournalApplied(
             JournalRecord(
                 revision=0,
-                state=S.ACCEPTED,
+                state=JournalState.ACCEPTED,
                 offer=event.offer,
                 accepted_at_ms=observed_at_ms,
                 updated_at_ms=observed_at_ms,
@@ -272,7 +320,7 @@ def journal_step(
                 )
                 return _next(record, now, offer=offer)
             offer = dataclasses.replace(record.offer, lease=lease)
-            return _next(record, now, state=S.STARTING_ACKNOWLEDGED, offer=offer)
+            return _next(record, now, state=JournalState.STARTING_ACKNOWLEDGED, offer=offer)
         case ControlPlaneAlreadyRunning():
             return _recovery(record, now, RecoveryReason.CONTROL_PLANE_ALREADY_RUNNING)
         case ControlPlaneTerminal():
@@ -285,14 +333,14 @@ def journal_step(
             return _next(
                 record,
                 now,
-                state=S.LAUNCHING,
+                state=JournalState.LAUNCHING,
                 callback_sequence=event.callback_sequence,
                 callback_token_sha256=event.callback_token_sha256,
                 executor_started_at_ms=event.executor_started_at_ms,
                 log_artifact_id=event.log_artifact_id,
             )
         case PrepareFailed(start_failure_code=code) | StartRefused(start_failure_code=code):
-            return _next(record, now, state=S.START_FAILED, start_failure_code=code)
+            return _next(record, now, state=JournalState.START_FAILED, start_failure_code=code)
         case HandleReturned():
             if not event.executor_handle:
                 return Rejected(Code.JOURNAL_TRANSITION_INVALID)
@@ -300,16 +348,16 @@ def journal_step(
             return _next(
                 record,
                 now,
-                state=S.STARTED,
+                state=JournalState.STARTED,
                 executor_handle=event.executor_handle,
                 log_artifact_id=log,
             )
         case LaunchOutcomeUnknown():
             return _recovery(record, now, RecoveryReason.LAUNCH_OUTCOME_UNKNOWN)
         case RunningAcknowledged():
-            return _next(record, now, state=S.RUNNING_ACKNOWLEDGED)
+            return _next(record, now, state=JournalState.RUNNING_ACKNOWLEDGED)
         case FailStartAcknowledged():
-            return _next(record, now, state=S.START_FAILURE_ACKNOWLEDGED)
+            return _next(record, now, state=JournalState.START_FAILURE_ACKNOWLEDGED)
         case CompletionAcknowledged():
             return _completion(record, event, now)
         case LeaseLost(stopped=stopped):
@@ -336,7 +384,7 @@ def _completion(record: JournalRecord, event: CompletionAcknowledged, now: int) 
     return _next(
         record,
         now,
-        state=S.COMPLETION_ACKNOWLEDGED,
+        state=JournalState.COMPLETION_ACKNOWLEDGED,
         callback_sequence=sequence,
         callback_token_sha256=digest,
         completion_acknowledged_at_ms=now,

@@ -1,5 +1,4 @@
-"""The lease-loss coordinator's decisions and retention eligibility, pure (SPEC §3.14, §3.15;
-INBOX-39..INBOX-41).
+"""The lease-loss coordinator's decisions, pure (SPEC §3.15; INBOX-40, INBOX-41).
 
 Lease loss, per notification (§3.15): `decide_lease_loss(record, snapshot)` says what the
 coordinator does before any I/O: nothing (`not_found`, `authority_mismatch`,
@@ -9,10 +8,6 @@ the controller to stop the durable handle. `after_stop(result)` maps the control
 to the journal event to write (`LeaseLost(stopped=...)`) or to nothing when the controller
 raised (so the stop can be retried explicitly). The coordinator holds no control-plane client:
 nothing here can mark a Run or Attempt `lost`.
-
-Retention (§3.14): only `completion_acknowledged` (aged from `completion_acknowledged_at_ms`)
-and `start_failure_acknowledged` (from `updated_at_ms`) records older than an explicit
-retention of 1 minute to 30 days are eligible; nothing else ever is.
 """
 
 from __future__ import annotations
@@ -20,16 +15,20 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from kernel.specs.budgets import HARD_LIMITS
 from kernel.specs.journal import LEASE_LOST_REASONS, JournalState, RecoveryReason
 from kernel.specs.states import StopResult
 from kernel.worker.journal import LeaseLost
 from kernel.worker.record import JournalRecord, OfferLease
 
-S = JournalState
-
 #: §3.15 step 4: the states that may own a local execution.
-MAY_OWN_EXECUTION = frozenset({S.LAUNCHING, S.STARTED, S.RUNNING_ACKNOWLEDGED, S.RECOVERY_REQUIRED})
+MAY_OWN_EXECUTION = frozenset(
+    {
+        JournalState.LAUNCHING,
+        JournalState.STARTED,
+        JournalState.RUNNING_ACKNOWLEDGED,
+        JournalState.RECOVERY_REQUIRED,
+    }
+)
 
 
 class LeaseLossResult(enum.StrEnum):
@@ -46,7 +45,7 @@ class LeaseLossResult(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Finish:
+class FinishLeaseLoss:
     """Nothing to do: report `result`."""
 
     result: LeaseLossResult
@@ -68,7 +67,7 @@ class StopHandle:
     executor_handle: str
 
 
-LeaseLossDecision = Finish | WriteUnverified | StopHandle
+LeaseLossDecision = FinishLeaseLoss | WriteUnverified | StopHandle
 
 
 def _authority_matches(record: JournalRecord, snapshot: OfferLease) -> bool:
@@ -81,17 +80,17 @@ def decide_lease_loss(record: JournalRecord | None, snapshot: OfferLease) -> Lea
     """§3.15 steps 1-6 up to the controller call. `record` is the one read for the offer id
     recomputed from the snapshot's authority."""
     if record is None:
-        return Finish(LeaseLossResult.NOT_FOUND)
+        return FinishLeaseLoss(LeaseLossResult.NOT_FOUND)
     if not _authority_matches(record, snapshot):
-        return Finish(LeaseLossResult.AUTHORITY_MISMATCH)
-    if record.state is S.COMPLETION_ACKNOWLEDGED:
-        return Finish(LeaseLossResult.ALREADY_COMPLETED)
+        return FinishLeaseLoss(LeaseLossResult.AUTHORITY_MISMATCH)
+    if record.state is JournalState.COMPLETION_ACKNOWLEDGED:
+        return FinishLeaseLoss(LeaseLossResult.ALREADY_COMPLETED)
     if record.recovery_reason is RecoveryReason.LEASE_LOST_LOCAL_EXECUTION_STOPPED:
-        return Finish(LeaseLossResult.ALREADY_STOPPED)
+        return FinishLeaseLoss(LeaseLossResult.ALREADY_STOPPED)
     if record.recovery_reason is RecoveryReason.LEASE_LOST_LOCAL_EXECUTION_UNVERIFIED:
-        return Finish(LeaseLossResult.ALREADY_UNVERIFIED)
+        return FinishLeaseLoss(LeaseLossResult.ALREADY_UNVERIFIED)
     if record.state not in MAY_OWN_EXECUTION:
-        return Finish(LeaseLossResult.NO_LOCAL_EXECUTION)
+        return FinishLeaseLoss(LeaseLossResult.NO_LOCAL_EXECUTION)
     if record.executor_handle is None:
         return WriteUnverified()
     return StopHandle(record.executor_handle)
@@ -116,24 +115,6 @@ def quiet_after_conflict(record: JournalRecord | None) -> bool:
     """Step 7: after a revision conflict, finish quietly when the record is now completed or
     already lease-lost (someone else settled it); otherwise the conflict is an error."""
     return record is not None and (
-        record.state is S.COMPLETION_ACKNOWLEDGED or record.recovery_reason in LEASE_LOST_REASONS
+        record.state is JournalState.COMPLETION_ACKNOWLEDGED
+        or record.recovery_reason in LEASE_LOST_REASONS
     )
-
-
-def check_retention_ms(retention_ms: int) -> None:
-    """§3.14: no default; 1 minute to 30 days. Raises `ValueError` otherwise."""
-    window = HARD_LIMITS.terminal_retention_ms
-    if retention_ms not in window:
-        raise ValueError(f"retention must be set explicitly, {window.minimum}..{window.maximum} ms")
-
-
-def retention_eligible(record: JournalRecord, observed_at_ms: int, retention_ms: int) -> bool:
-    """§3.14: a final record older than the retention; never an active, lease-lost or
-    `running_acknowledged` one (INBOX-07, INBOX-39, INBOX-41)."""
-    if record.state is S.COMPLETION_ACKNOWLEDGED:
-        since = record.completion_acknowledged_at_ms
-    elif record.state is S.START_FAILURE_ACKNOWLEDGED:
-        since = record.updated_at_ms
-    else:
-        return False
-    return since is not None and observed_at_ms - since > retention_ms

@@ -1,173 +1,635 @@
-"""Delivery validation and the conflict rule (SPEC §3.8: D-1..D-9, C-1), before any write.
+"""The receiver pipeline as pure steps (SPEC §3.5, §3.7; INBOX-01..INBOX-14).
 
-`decide_delivery` is total and pure: given one delivered offer, the record the journal holds for
-its `offer_id` (or `None`), the bound Worker runtime's current session (whose status says
-whether it is draining), how many records the journal holds and its capacity, and the
-observation time, it returns what the receiver does next:
+Like the Coordinator's `plan_completion` -> `after_submission` -> `after_journal_write`, the
+receiver's decisions are values: `begin(offer, session, capacity)` names the first thing the
+runner does, and `advance(delivery, answer, observed_at_ms)` takes the answer of the step just
+performed and names the next one, until `FinishDelivery`. The runner
+(`runners/worker/receiver.py`) performs exactly the step it is given (one journal read or write,
+one control-plane call, one lease-lifecycle call, `prepare()` or `Executor.start()`) and feeds
+the answer back; it decides nothing.
 
-- `Accept(offer)`: a new offer, every check passed: publish `accepted` (`DeliveryAccepted`).
-- `Merge(event)`: a known offer with the same authority and a higher lease version: replace the
-  stored lease (`LeaseVersionAdvanced`), then continue with the record's state (§3.7).
-- `Continue(action)`: a known offer with the same authority and an equal or lower version:
-  write nothing, continue with the record's state (§3.7 `REPLAY`).
-- `Rejected(code)`: refused; nothing is written and nothing starts (INBOX-09, INBOX-11).
+Where the pipeline goes after a record is durable is §3.7's `REPLAY` table, read for the state
+the record is in now, whether the record was found by the delivery or just written by it ("continue
+with the record's state", §3.5 step 3):
 
-The checks run in the order of §3.8, so a delivery failing several reports the first. The
-record size (F-2, D-9) is the adapter's check: only it knows the serialized bytes.
+- `replay_starting_ack`: the starting ACK (T2), its answer mapped by `ACK_ANSWERS`;
+- `continue_first_start`: track the lease (step 5), `prepare()`, then the `launching` barrier;
+- `join_or_launch_unknown`: `Executor.start()` only when this very operation wrote the barrier
+  (the in-flight operation it joins is itself); a `launching` record found by a delivery or a
+  restart becomes `recovery_required(launch_outcome_unknown)` (INBOX-05);
+- `replay_running_ack`: the running ACK (T4) with the lease lifecycle's version, retried on a
+  version mismatch at most `ACK_VERSION_TRIES` calls in all (INBOX-06, INBOX-14);
+- `replay_fail_start`: `fail_start` (T5), the lifecycle's newer version merged into the record
+  first so a replay from the record alone is exact (WR-10; INBOX-08);
+- the final and `recovery_required` rows answer with the record's state (`Replayed`).
+
+The Executor is reachable from one place only: the `launching` revision this operation wrote is
+durable (I-J1, I-J2). Results carry ids, states, codes and revisions only (S-1).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+import enum
 from dataclasses import dataclass
-
-import icontract
+from typing import Final
 
 from kernel.entities import WorkerSession
-from kernel.identity import (
-    IdentityError,
-    execution_spec_digest,
-    is_other_id,
-    is_portable_id,
-    is_sha256_hex,
-)
+from kernel.identity import IdentityError, Secret, is_offer_id, token_digest
 from kernel.outcomes import Rejected
+from kernel.specs.budgets import budget_for
 from kernel.specs.codes import Code
-from kernel.specs.journal import FINAL_STATES, REPLAY, DeliveryKind, JournalState, ReplayAction
-from kernel.specs.states import LeaseStatus, WorkerSessionStatus
-from kernel.worker.journal import LeaseVersionAdvanced
-from kernel.worker.record import JournalRecord, Offer
+from kernel.specs.journal import (
+    ACK_ANSWERS,
+    FINAL_STATES,
+    REPLAY,
+    VERSION_RETRIED,
+    AckKind,
+    JournalTrigger,
+    RecoveryReason,
+    ReplayAction,
+)
+from kernel.specs.states import Profile
+from kernel.worker.delivery import Accept, Merge, decide_delivery
+from kernel.worker.journal import (
+    ControlPlaneAlreadyRunning,
+    ControlPlaneTerminal,
+    FailStartAcknowledged,
+    Found,
+    HandleReturned,
+    JournalEvent,
+    LaunchOutcomeUnknown,
+    LeaseVersionAdvanced,
+    PrepareFailed,
+    PrepareSucceeded,
+    ReadFailed,
+    RunningAcknowledged,
+    StartingAcknowledged,
+    StartRefused,
+    WriteFailed,
+    Written,
+    observation_ms,
+)
+from kernel.worker.record import JournalRecord, LeaseAck, Offer, OfferLease
 
-#: D-4 [decision]: the ExecutionSpec names the Attempt it is for with these keys.
-SPEC_IDENTITY_KEYS = ("run_id", "attempt_id", "project_id", "task_id", "task_revision")
+__all__ = [
+    "ACK_VERSION_TRIES",
+    "AskFailStart",
+    "AskRunning",
+    "AskStarting",
+    "Delivery",
+    "FinishDelivery",
+    "Found",
+    "Held",
+    "HeldLease",
+    "LaunchDeclined",
+    "LaunchUnknown",
+    "Launched",
+    "LifecycleDone",
+    "ObserveAnswer",
+    "PreparationFailed",
+    "Prepare",
+    "Prepared",
+    "Publish",
+    "ReadFailed",
+    "ReadRecord",
+    "ReceiverAnswer",
+    "ReceiverStep",
+    "ResultKind",
+    "StartExecutor",
+    "TrackLease",
+    "Unreachable",
+    "UntrackLease",
+    "WriteEvent",
+    "advance",
+    "begin",
+    "failure_code",
+    "replay_fail_start",
+]
+
+#: §3.5 [decision B-42]: running/failure ACK calls in all on a version mismatch (no sleep loop).
+ACK_VERSION_TRIES: Final = budget_for(Profile.WORKER).ack_version_mismatch_attempts or 1
+
+
+class ResultKind(enum.StrEnum):
+    """How a delivery ended."""
+
+    APPLIED = "applied"  # the pipeline moved the record forward
+    REPLAYED = "replayed"  # the record's state answers the delivery (§3.7)
+    REJECTED = "rejected"  # refused before any journal write (§3.8)
+    STOPPED = "stopped"  # an ACK was refused, a port failed or a write failed: left as is
+
+
+# -- the steps: what the runner does next ---------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ReadRecord:
+    """Read the journal record of `offer_id` (`Found` or `ReadFailed`)."""
+
+    offer_id: str
 
 
 @dataclass(frozen=True, slots=True)
-class Accept:
+class Publish:
+    """Create revision 0 (`accepted`) through the journal engine (`Written` / `WriteFailed`)."""
+
     offer: Offer
 
 
 @dataclass(frozen=True, slots=True)
-class Merge:
-    event: LeaseVersionAdvanced
-    action: ReplayAction
+class WriteEvent:
+    """Write this event on the current record through the journal engine (the kernel's
+    `journal_step`, then the revision CAS)."""
+
+    event: JournalEvent
 
 
 @dataclass(frozen=True, slots=True)
-class Continue:
-    action: ReplayAction
+class AskStarting:
+    """`acknowledge_starting` (T2) with `lease` (a `LeaseAck` or `Unreachable`)."""
+
+    lease: OfferLease
 
 
-DeliveryDecision = Accept | Merge | Continue | Rejected
+@dataclass(frozen=True, slots=True)
+class AskRunning:
+    """`acknowledge_running` (T4)."""
 
-#: A higher lease version is merged into any non-final record (§3.6); a final one keeps its own.
-_MERGEABLE = frozenset(s for s in JournalState if s not in FINAL_STATES)
-
-
-def _int(value: object, minimum: int) -> bool:
-    return type(value) is int and value >= minimum
-
-
-def _well_formed(offer: Offer) -> bool:
-    """D-1: shapes and ranges; portable Run/Attempt ids; a `leased` lease snapshot."""
-    c, w, lease = offer.candidate, offer.worker, offer.lease
-    return (
-        is_sha256_hex(offer.offer_id)
-        and is_sha256_hex(offer.execution_spec_digest)
-        and isinstance(offer.delivery_kind, DeliveryKind)
-        and all(is_portable_id(x) for x in (c.run_id, c.attempt_id, lease.run_id, lease.attempt_id))
-        and all(
-            isinstance(x, str) and is_other_id(x)
-            for x in (c.project_id, c.task_id, c.executor_type)
-        )
-        and all(
-            isinstance(x, str) and is_other_id(x)
-            for x in (w.worker_id, w.session_id, lease.worker_id, lease.worker_session_id)
-        )
-        and _int(c.task_revision, 1)
-        and _int(w.generation, 0)
-        and _int(lease.worker_generation, 0)
-        and _int(lease.lease_generation, 1)
-        and _int(lease.version, 1)
-        and _int(lease.expires_at_ms, 0)
-        and lease.status is LeaseStatus.LEASED
-        and isinstance(offer.execution_spec, Mapping)
-    )
+    lease: OfferLease
+    executor_handle: str
+    executor_started_at_ms: int
 
 
-def _identity_agrees(offer: Offer) -> bool:
-    """D-4: candidate, lease and ExecutionSpec name the same Run, Attempt, Project, Task and
-    Task revision."""
-    c, lease, spec = offer.candidate, offer.lease, offer.execution_spec
-    expected = (c.run_id, c.attempt_id, c.project_id, c.task_id, c.task_revision)
-    named = tuple(spec.get(key) for key in SPEC_IDENTITY_KEYS)
-    return (lease.run_id, lease.attempt_id) == (c.run_id, c.attempt_id) and named == expected
+@dataclass(frozen=True, slots=True)
+class AskFailStart:
+    """`fail_start` (T5)."""
+
+    lease: OfferLease
+    failure_code: str
 
 
-def _same_offer(offer: Offer, record: JournalRecord) -> bool:
-    """C-1: the same candidate, the same authority (worker id, session, generation, lease
-    generation, lease token) and the same digest. The lease version may differ."""
-    stored = record.offer
-    return (
-        offer.candidate == stored.candidate
-        and offer.worker == stored.worker
-        and offer.execution_spec_digest == stored.execution_spec_digest
-        and offer.lease.same_authority(stored.lease)
-    )
+@dataclass(frozen=True, slots=True)
+class TrackLease:
+    """Hand the lease to the lease lifecycle (§3.5 step 5; `LifecycleDone`)."""
+
+    lease: OfferLease
 
 
-@icontract.require(lambda observed_at_ms: type(observed_at_ms) is int and observed_at_ms >= 0)
-@icontract.require(lambda records_held, capacity: records_held >= 0 and capacity >= 1)
-@icontract.ensure(
-    lambda existing, result: not isinstance(result, Accept) or existing is None,
-    "only an unknown offer is ever published as new",
+@dataclass(frozen=True, slots=True)
+class UntrackLease:
+    """The record is final: the lease lifecycle has nothing left to renew (`LifecycleDone`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLease:
+    """Ask the lease lifecycle for the latest lease it holds for the offer (`Held`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObserveAnswer:
+    """Give the ACK's version to the lease lifecycle (T4 moves the version too; `LifecycleDone`)."""
+
+    answer: LeaseAck
+
+
+@dataclass(frozen=True, slots=True)
+class Prepare:
+    """`ExecutionContextFactory.prepare(record, executor_started_at_ms)`: reclaimable only
+    (`Prepared` or `PreparationFailed`)."""
+
+    executor_started_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class StartExecutor:
+    """`Executor.start(context)` with the context `Prepare` returned (`Launched`,
+    `LaunchDeclined` or `LaunchUnknown`). Named only right after this operation's `launching`
+    revision is durable."""
+
+
+@dataclass(frozen=True, slots=True)
+class FinishDelivery:
+    """The delivery's result: `kind` and `code`, with the record as it is durable now."""
+
+    kind: ResultKind
+    code: Code
+
+
+ReceiverStep = (
+    ReadRecord
+    | Publish
+    | WriteEvent
+    | AskStarting
+    | AskRunning
+    | AskFailStart
+    | TrackLease
+    | UntrackLease
+    | HeldLease
+    | ObserveAnswer
+    | Prepare
+    | StartExecutor
+    | FinishDelivery
 )
-def decide_delivery(
-    offer: Offer,
-    existing: JournalRecord | None,
-    runtime: WorkerSession,
-    *,
-    records_held: int,
-    capacity: int,
-    observed_at_ms: int,
-) -> DeliveryDecision:
-    """§3.8 D-1..D-9 and C-1, in order, before any journal write."""
-    if not _well_formed(offer):
-        return Rejected(Code.OFFER_INVALID)  # D-1
-    if offer.offer_id != offer.derived_offer_id():
-        return Rejected(Code.OFFER_ID_MISMATCH)  # D-2
+
+
+# -- the answers: what the port said ----------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Unreachable:
+    """The control plane could not be asked: nothing is known about the outcome."""
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    lease: OfferLease | None
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleDone:
+    """A lease-lifecycle call returned (it answers nothing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What the factory prepared: the context's identity, the callback pair (the raw token as
+    a `Secret`, whose digest only is journaled) and the start time."""
+
+    offer_id: str
+    run_id: str
+    attempt_id: str
+    callback_sequence: object
+    callback_token: object
+    executor_started_at_ms: int
+    log_artifact_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparationFailed:
+    """The factory refused (its code) or raised (`PREPARE_FAILED`)."""
+
+    code: str
+
+
+@dataclass(frozen=True, slots=True)
+class Launched:
+    """`Executor.start()` returned; `handle` is whatever it returned."""
+
+    handle: object
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchDeclined:
+    """An explicit refusal: the command certainly never ran."""
+
+    code: str
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchUnknown:
+    """Any other exception from `Executor.start()`: the outcome is unknown."""
+
+
+ReceiverAnswer = (
+    Found
+    | ReadFailed
+    | Written
+    | WriteFailed
+    | LeaseAck
+    | Unreachable
+    | Held
+    | LifecycleDone
+    | Prepared
+    | PreparationFailed
+    | Launched
+    | LaunchDeclined
+    | LaunchUnknown
+)
+
+
+class _Stage(enum.StrEnum):
+    PIPELINE = "pipeline"
+    FAIL_START_MERGE = "fail_start_merge"  # merging the lifecycle's version before T5
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Where one delivery (or one restart replay) is. `record` is the revision durable now;
+    `found` says the delivery found it (a replay, §3.7) rather than created it; `reached` says
+    this operation wrote a pipeline step on it; `barrier` says this operation's own `launching`
+    revision is durable (the only way to `Executor.start()`)."""
+
+    offer_id: str
+    offer: Offer | None = None
+    session: WorkerSession | None = None
+    capacity: int = 1
+    record: JournalRecord | None = None
+    pending: ReceiverStep | None = None
+    found: bool = False
+    reached: bool = False
+    tracked: bool = False
+    untracked: bool = False
+    barrier: bool = False
+    stage: _Stage = _Stage.PIPELINE
+    ack: AckKind | None = None
+    answer: LeaseAck | None = None
+    candidate: OfferLease | None = None
+    tried: frozenset[int] = frozenset()
+    failure: str | None = None
+    log_artifact_id: str | None = None
+    code: Code = Code.APPLIED
+
+    def __repr__(self) -> str:
+        state = None if self.record is None else self.record.state.value
+        return f"Delivery(offer_id={self.offer_id!r}, state={state!r}, pending={self.pending!r})"
+
+
+Next = tuple[Delivery, ReceiverStep]
+
+
+def _to(delivery: Delivery, step: ReceiverStep, **changes: object) -> Next:
+    moved = dataclasses.replace(delivery, pending=step, **changes)  # type: ignore[arg-type]
+    return moved, step
+
+
+def _finish(delivery: Delivery, kind: ResultKind, code: Code) -> Next:
+    return _to(delivery, FinishDelivery(kind, code))
+
+
+def _stop(delivery: Delivery, code: Code) -> Next:
+    """Left as it is: `rejected` when nothing was ever written, else `stopped`."""
+    kind = ResultKind.REJECTED if delivery.record is None else ResultKind.STOPPED
+    return _finish(delivery, kind, code)
+
+
+# -- entry points ---------------------------------------------------------------------------
+def begin(offer: Offer, session: WorkerSession, capacity: int) -> Next:
+    """One delivery of `offer` to the bound Worker runtime (its current `session`)."""
+    key = offer.offer_id
+    if not isinstance(key, str) or not is_offer_id(key):
+        return _finish(Delivery(str(key)[:64]), ResultKind.REJECTED, Code.OFFER_INVALID)
+    delivery = Delivery(key, offer=offer, session=session, capacity=capacity)
+    return _to(delivery, ReadRecord(key))
+
+
+def replay_fail_start(record: JournalRecord) -> Next | None:
+    """§3.7's `start_failed` row on a restart: replay `fail_start` only, with the record's own
+    fences (no delivery is validated: T5 released the lease, so no redelivery will come, and
+    the stored lease may have expired since). `None`: the record's row is not that one."""
+    if REPLAY[record.state] is not ReplayAction.REPLAY_FAIL_START:
+        return None
+    return _fail_start(Delivery(record.offer_id, record=record, found=True))
+
+
+def failure_code(code: str) -> str:
+    """A start failure code is stored in the journal and sent with T5: a short upper-case
+    word, or the generic one (never free text, S-1)."""
+    ok = 0 < len(code) <= 64 and all(c.isupper() or c.isdigit() or c == "_" for c in code)
+    return code if ok else Code.START_FAILED.value
+
+
+# -- the step function --------------------------------------------------------------------------
+def advance(delivery: Delivery, answer: ReceiverAnswer, observed_at_ms: int) -> Next:
+    """The next step after `answer` to `delivery.pending` at the runner's clock."""
+    pending = delivery.pending
+    if isinstance(answer, Unreachable):
+        return _stop(delivery, Code.CONTROL_PLANE_UNAVAILABLE)
+    match pending, answer:
+        case ReadRecord(), Found(record=existing):
+            return _decide(delivery, existing, observed_at_ms)
+        case ReadRecord(), ReadFailed(code=code):
+            return _finish(delivery, ResultKind.STOPPED, code)
+        case Publish() | WriteEvent(), WriteFailed(code=code):
+            return _stop(delivery, code)
+        case Publish() | WriteEvent(), Written(record=record):
+            return _written(delivery, pending, record, observed_at_ms)
+        case TrackLease(), LifecycleDone():
+            return _continue(dataclasses.replace(delivery, tracked=True), observed_at_ms)
+        case UntrackLease(), LifecycleDone():
+            return _continue(dataclasses.replace(delivery, untracked=True), observed_at_ms)
+        case HeldLease(), Held(lease=held):
+            return _held(delivery, held)
+        case AskStarting() | AskRunning() | AskFailStart(), LeaseAck():
+            if delivery.ack in VERSION_RETRIED and answer.version is not None:
+                return _to(delivery, ObserveAnswer(answer), answer=answer)
+            return _answered(dataclasses.replace(delivery, answer=answer))
+        case ObserveAnswer(), LifecycleDone():
+            return _answered(delivery)
+        case Prepare(executor_started_at_ms=started_at), Prepared():
+            return _prepared(delivery, answer, started_at)
+        case Prepare(), PreparationFailed(code=code):
+            return _to(delivery, WriteEvent(PrepareFailed(failure_code(code))))
+        case StartExecutor(), Launched(handle=handle):
+            if not isinstance(handle, str) or not handle:
+                return _to(delivery, WriteEvent(LaunchOutcomeUnknown()))
+            event = HandleReturned(handle, delivery.log_artifact_id)
+            return _to(delivery, WriteEvent(event))
+        case StartExecutor(), LaunchDeclined(code=code):
+            return _to(delivery, WriteEvent(StartRefused(failure_code(code))))
+        case StartExecutor(), LaunchUnknown():
+            # Ambiguous: the command may run; never retried (§3.5 decision).
+            return _to(delivery, WriteEvent(LaunchOutcomeUnknown()))
+    raise ValueError(f"receiver: {type(answer).__name__} does not answer {pending!r}")
+
+
+def _decide(delivery: Delivery, existing: JournalRecord | None, clock_ms: int) -> Next:
+    """§3.8 before any write; then publish, merge, or continue with the record's state."""
+    assert delivery.offer is not None
+    assert delivery.session is not None
+    decision = decide_delivery(
+        delivery.offer,
+        existing,
+        delivery.session,
+        records_held=0,
+        capacity=delivery.capacity,
+        observed_at_ms=observation_ms(existing, clock_ms),
+    )
+    if isinstance(decision, Rejected):
+        return _finish(delivery, ResultKind.REJECTED, decision.code)
+    if isinstance(decision, Accept):
+        return _to(delivery, Publish(decision.offer))
+    found = dataclasses.replace(delivery, record=existing, found=True)
+    if isinstance(decision, Merge):
+        return _to(found, WriteEvent(decision.event))
+    return _continue(found, clock_ms)
+
+
+def _written(
+    delivery: Delivery, pending: Publish | WriteEvent, record: JournalRecord, clock_ms: int
+) -> Next:
+    merge = isinstance(pending, WriteEvent) and isinstance(pending.event, LeaseVersionAdvanced)
+    barrier = isinstance(pending, WriteEvent) and isinstance(pending.event, PrepareSucceeded)
+    now = dataclasses.replace(
+        delivery,
+        record=record,
+        reached=delivery.reached or not merge,
+        barrier=delivery.barrier or barrier,
+    )
+    if delivery.stage is _Stage.FAIL_START_MERGE:
+        return _ask(dataclasses.replace(now, stage=_Stage.PIPELINE), record.offer.lease)
+    if record.state in FINAL_STATES and not now.untracked:
+        return _to(now, UntrackLease())
+    return _continue(now, clock_ms)
+
+
+def _continue(delivery: Delivery, clock_ms: int) -> Next:
+    """§3.5 step 3: continue with the record's state, by §3.7's `REPLAY` row for it."""
+    record = delivery.record
+    assert record is not None
+    replay = not delivery.reached
+    action = REPLAY[record.state]
+    if action is ReplayAction.REPLAY_STARTING_ACK:
+        return _to(delivery, AskStarting(record.offer.lease), ack=AckKind.STARTING)
+    if action is ReplayAction.CONTINUE_FIRST_START:
+        if not delivery.tracked:
+            return _to(delivery, TrackLease(record.offer.lease))  # step 5
+        return _to(delivery, Prepare(observation_ms(record, clock_ms)))
+    if action is ReplayAction.JOIN_OR_LAUNCH_UNKNOWN:
+        if delivery.barrier:
+            return _to(delivery, StartExecutor())
+        return _to(delivery, WriteEvent(LaunchOutcomeUnknown()))
+    if action is ReplayAction.REPLAY_RUNNING_ACK:
+        if replay and not delivery.tracked:
+            # A known local execution (after a restart a redelivery is how the lease comes
+            # back): keep renewing it.
+            return _to(delivery, TrackLease(record.offer.lease))
+        return _running_ack(delivery)
+    if action is ReplayAction.IDEMPOTENT_SUCCESS:
+        if replay and not delivery.tracked:
+            return _to(delivery, TrackLease(record.offer.lease))
+        if replay:
+            return _finish(delivery, ResultKind.REPLAYED, Code.ALREADY_APPLIED)
+        return _finish(delivery, ResultKind.APPLIED, delivery.code)
+    if action is ReplayAction.REPLAY_FAIL_START:
+        return _fail_start(delivery)
+    return _finish(delivery, *_replayed(action, record, replay, delivery.code))
+
+
+def _replayed(
+    action: ReplayAction, record: JournalRecord, replay: bool, code: Code
+) -> tuple[ResultKind, Code]:
+    """The answer of a record whose state ends the pipeline."""
+    if action is ReplayAction.REPLAYED_COMPLETED:
+        kind = ResultKind.REPLAYED if replay else ResultKind.APPLIED
+        return kind, Code.ALREADY_TERMINAL
+    if replay:
+        return ResultKind.REPLAYED, Code.ALREADY_APPLIED
+    if record.recovery_reason is not None:
+        return ResultKind.APPLIED, _REACHED_RECOVERY[record.recovery_reason]
+    return ResultKind.APPLIED, code
+
+
+#: The code of a delivery that just wrote `recovery_required(reason)`.
+_REACHED_RECOVERY: Final = {
+    RecoveryReason.LAUNCH_OUTCOME_UNKNOWN: Code.LAUNCH_OUTCOME_UNKNOWN,
+    RecoveryReason.CONTROL_PLANE_ALREADY_RUNNING: Code.ALREADY_RUNNING,
+    RecoveryReason.CONTROL_PLANE_TERMINAL: Code.CONTROL_PLANE_TERMINAL,
+    RecoveryReason.LEASE_LOST_LOCAL_EXECUTION_STOPPED: Code.APPLIED,
+    RecoveryReason.LEASE_LOST_LOCAL_EXECUTION_UNVERIFIED: Code.APPLIED,
+}
+
+
+# -- the ACKs --------------------------------------------------------------------------------------
+def _running_ack(delivery: Delivery) -> Next:
+    return _to(delivery, HeldLease(), ack=AckKind.RUNNING, tried=frozenset())
+
+
+def _fail_start(delivery: Delivery) -> Next:
+    record = delivery.record
+    assert record is not None
+    code = record.start_failure_code or Code.START_FAILED.value
+    return _to(delivery, HeldLease(), ack=AckKind.FAIL_START, tried=frozenset(), failure=code)
+
+
+def _held(delivery: Delivery, held: OfferLease | None) -> Next:
+    """The lease to send: the lifecycle's (§3.5 step 9), else the record's. After a mismatch
+    (`tried` not empty) only a version not tried yet."""
+    record = delivery.record
+    assert record is not None
+    if delivery.tried:
+        if held is None or held.version in delivery.tried:
+            return _stop(delivery, Code.LEASE_VERSION_MISMATCH)
+        candidate = held
+    else:
+        candidate = held or record.offer.lease
+    delivery = dataclasses.replace(delivery, candidate=candidate)
+    if delivery.ack is AckKind.FAIL_START and candidate.version > record.offer.lease.version:
+        # T5's exact replay needs the version it was sent with: merge the newer one first, so
+        # a restart that replays from the record alone sends the identical command (WR-10).
+        merge = LeaseVersionAdvanced(candidate, record.offer.delivery_kind)
+        return _to(delivery, WriteEvent(merge), stage=_Stage.FAIL_START_MERGE)
+    lease = record.offer.lease if delivery.ack is AckKind.FAIL_START else candidate
+    return _ask(delivery, lease)
+
+
+def _ask(delivery: Delivery, lease: OfferLease) -> Next:
+    record = delivery.record
+    assert record is not None
+    assert delivery.candidate is not None
+    tried = delivery.tried | {delivery.candidate.version}
+    if delivery.ack is AckKind.FAIL_START:
+        step: ReceiverStep = AskFailStart(lease, delivery.failure or Code.START_FAILED.value)
+    else:
+        handle, started_at = record.executor_handle, record.executor_started_at_ms
+        assert handle is not None  # §3.3: required in `started`
+        assert started_at is not None
+        step = AskRunning(lease, handle, started_at)
+    return _to(delivery, step, tried=tried)
+
+
+def _answered(delivery: Delivery) -> Next:
+    """The control plane's answer, as `ACK_ANSWERS` maps it to a journal event; a version
+    mismatch on the running or failure ACK refreshes the version and retries (INBOX-14)."""
+    answer, kind, record = delivery.answer, delivery.ack, delivery.record
+    assert answer is not None
+    assert kind is not None
+    assert record is not None
+    if answer.code is Code.LEASE_VERSION_MISMATCH and kind in VERSION_RETRIED:
+        if len(delivery.tried) >= ACK_VERSION_TRIES:
+            return _stop(delivery, Code.ACK_VERSION_RETRIES_EXHAUSTED)
+        return _to(delivery, HeldLease())
+    trigger = ACK_ANSWERS[kind].get(answer.code)
+    if trigger is None:
+        return _stop(delivery, answer.code)
+    event: JournalEvent
+    if trigger is JournalTrigger.STARTING_ACKNOWLEDGED:
+        event = StartingAcknowledged(answer.lease_after(record.offer.lease))
+    elif trigger is JournalTrigger.CONTROL_PLANE_ALREADY_RUNNING:
+        event = ControlPlaneAlreadyRunning()
+    elif trigger is JournalTrigger.CONTROL_PLANE_TERMINAL:
+        event = ControlPlaneTerminal()
+    elif trigger is JournalTrigger.RUNNING_ACKNOWLEDGED:
+        event = RunningAcknowledged()
+    else:
+        event = FailStartAcknowledged()
+    return _to(delivery, WriteEvent(event), code=answer.code)
+
+
+def _prepared(delivery: Delivery, context: Prepared, started_at: int) -> Next:
+    """§3.5 step 7: the factory's context must be for this record and this start time, with a
+    callback sequence >= 1 and a token; then the barrier carries the pair's digest."""
+    record = delivery.record
+    assert record is not None
+    lease = record.offer.lease
+    sequence, token = context.callback_sequence, context.callback_token
+    valid = (
+        context.offer_id == record.offer_id
+        and context.run_id == lease.run_id
+        and context.attempt_id == lease.attempt_id
+        and context.executor_started_at_ms == started_at
+        and type(sequence) is int
+        and sequence >= 1
+        and isinstance(token, Secret)
+    )
+    if not valid:
+        return _to(delivery, WriteEvent(PrepareFailed(Code.PREPARE_FAILED.value)))
+    assert isinstance(token, Secret)
+    assert isinstance(sequence, int)
     try:
-        digest = execution_spec_digest(offer.execution_spec)
+        digest = token_digest(token.reveal())
     except IdentityError:
-        return Rejected(Code.OFFER_INVALID)  # not canonical JSON: malformed (D-1)
-    if digest != offer.execution_spec_digest:
-        return Rejected(Code.OFFER_DIGEST_MISMATCH)  # D-3
-    if not _identity_agrees(offer):
-        return Rejected(Code.OFFER_IDENTITY_DRIFT)  # D-4
-    lease, worker = offer.lease, offer.worker
-    bound = (runtime.worker_id, runtime.session_id, runtime.generation)
-    if (worker.worker_id, worker.session_id, worker.generation) != bound or (
-        lease.worker_id,
-        lease.worker_session_id,
-        lease.worker_generation,
-    ) != bound:
-        return Rejected(Code.WORKER_SESSION_MISMATCH)  # D-5
-    if runtime.status is WorkerSessionStatus.OFFLINE:
-        return Rejected(Code.WORKER_OFFLINE)  # D-6
-    if runtime.session_expires_at_ms <= observed_at_ms:
-        return Rejected(Code.WORKER_SESSION_EXPIRED)  # D-6
-    if lease.expires_at_ms <= observed_at_ms:
-        return Rejected(Code.RUN_LEASE_EXPIRED)  # D-7 (expired at its expiry instant, T7)
-    if existing is not None and not _same_offer(offer, existing):
-        return Rejected(Code.OFFER_CONFLICT)  # C-1: no write, no side effect
-    draining = runtime.status is WorkerSessionStatus.DRAINING
-    if draining and (offer.delivery_kind is DeliveryKind.NEW_CLAIM or existing is None):
-        return Rejected(Code.WORKER_DRAINING)  # D-8
-    if existing is None:
-        if records_held >= capacity:
-            return Rejected(Code.JOURNAL_FULL)  # D-9 / F-7: nothing is ever evicted
-        return Accept(offer)
-    action = REPLAY[existing.state]
-    if lease.version > existing.offer.lease.version and existing.state in _MERGEABLE:
-        return Merge(LeaseVersionAdvanced(lease, offer.delivery_kind), action)
-    return Continue(action)
+        return _to(delivery, WriteEvent(PrepareFailed(Code.PREPARE_FAILED.value)))
+    barrier = PrepareSucceeded(
+        callback_sequence=sequence,
+        callback_token_sha256=digest,
+        executor_started_at_ms=started_at,
+        log_artifact_id=context.log_artifact_id,
+    )
+    return _to(delivery, WriteEvent(barrier), log_artifact_id=context.log_artifact_id)

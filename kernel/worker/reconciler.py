@@ -4,7 +4,7 @@ Per record the order is fixed: read the receipt; only if none exists, inspect th
 handle; after `exited`, re-read the receipt at once and, still missing, once more after the
 publish grace (0..5 s); anything else is an explicit `unknown(reason)`. The effectful parts are
 ports (receipt store + authenticator, inspector); `reconcile_step(progress, observation)` says
-what to ask next (`ReadReceipt`, `Inspect`, `WaitGrace`) or returns the evidence (`Done`). It
+what to ask next (`ReadReceipt`, `Inspect`, `WaitGrace`) or returns the evidence (`Concluded`). It
 has no start, stop, ACK or remove step, so nothing here can spawn, signal or delete.
 
 `authority(...)` and `completion_submission(...)` decide whether a `completion_observed` may be
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from kernel.entities import WorkerSession
 from kernel.specs.codes import Code
+from kernel.specs.journal import JournalState
 from kernel.specs.states import CompletionOutcome, WorkerSessionStatus
 from kernel.worker.record import JournalRecord
 
@@ -34,7 +35,7 @@ class ReceiptCheck(enum.StrEnum):
     READ_FAILED = "read_failed"
 
 
-class Inspection(enum.StrEnum):
+class HandleInspection(enum.StrEnum):
     """The persisted-execution inspector's answers (§3.11 step 3)."""
 
     RUNNING = "running"
@@ -112,11 +113,11 @@ class WaitGrace:
 
 
 @dataclass(frozen=True, slots=True)
-class Done:
+class Concluded:
     evidence: InboxEvidence
 
 
-NextStep = ReadReceipt | Inspect | WaitGrace | Done
+NextStep = ReadReceipt | Inspect | WaitGrace | Concluded
 
 _RECEIPT_UNKNOWN = {
     ReceiptCheck.CONFLICT: UnknownInboxReason.RECEIPT_CONFLICT,
@@ -125,10 +126,10 @@ _RECEIPT_UNKNOWN = {
     ReceiptCheck.READ_FAILED: UnknownInboxReason.RECEIPT_READ_FAILED,
 }
 _INSPECTION_UNKNOWN = {
-    Inspection.INVALID: UnknownInboxReason.HANDLE_INVALID,
-    Inspection.IDENTITY_MISMATCH: UnknownInboxReason.IDENTITY_MISMATCH,
-    Inspection.UNSUPPORTED: UnknownInboxReason.UNSUPPORTED,
-    Inspection.PROBE_FAILED: UnknownInboxReason.PROBE_FAILED,
+    HandleInspection.INVALID: UnknownInboxReason.HANDLE_INVALID,
+    HandleInspection.IDENTITY_MISMATCH: UnknownInboxReason.IDENTITY_MISMATCH,
+    HandleInspection.UNSUPPORTED: UnknownInboxReason.UNSUPPORTED,
+    HandleInspection.PROBE_FAILED: UnknownInboxReason.PROBE_FAILED,
 }
 
 
@@ -145,29 +146,29 @@ def after_receipt(
     record as `unknown` before any (further) probe (INBOX-29, INBOX-30, INBOX-31)."""
     if check is ReceiptCheck.VALID:
         if facts is None:
-            return Done(UnknownObserved(UnknownInboxReason.RECEIPT_CONFLICT))
+            return Concluded(UnknownObserved(UnknownInboxReason.RECEIPT_CONFLICT))
         if not record.has_callback_pair:  # RV-3, whatever the authenticator said
-            return Done(UnknownObserved(UnknownInboxReason.RECEIPT_UNAUTHENTICATED))
-        return Done(CompletionObserved(facts))
+            return Concluded(UnknownObserved(UnknownInboxReason.RECEIPT_UNAUTHENTICATED))
+        return Concluded(CompletionObserved(facts))
     if check is not ReceiptCheck.ABSENT:
-        return Done(UnknownObserved(_RECEIPT_UNKNOWN[check]))
+        return Concluded(UnknownObserved(_RECEIPT_UNKNOWN[check]))
     if phase is Phase.FIRST_READ:
         if record.executor_handle is None:
-            return Done(UnknownObserved(UnknownInboxReason.HANDLE_MISSING))
+            return Concluded(UnknownObserved(UnknownInboxReason.HANDLE_MISSING))
         return Inspect(record.executor_handle)
     if phase is Phase.REREAD:
         return WaitGrace()
-    return Done(UnknownObserved(UnknownInboxReason.EXITED_WITHOUT_RECEIPT))
+    return Concluded(UnknownObserved(UnknownInboxReason.EXITED_WITHOUT_RECEIPT))
 
 
-def after_inspection(inspection: Inspection) -> NextStep:
+def after_inspection(inspection: HandleInspection) -> NextStep:
     """Step 3: `running` is evidence; `exited` re-reads the receipt; the rest is `unknown`.
     Never restart, signal or declare `lost` because of it (INBOX-32)."""
-    if inspection is Inspection.RUNNING:
-        return Done(RunningObserved())
-    if inspection is Inspection.EXITED:
+    if inspection is HandleInspection.RUNNING:
+        return Concluded(RunningObserved())
+    if inspection is HandleInspection.EXITED:
         return ReadReceipt(Phase.REREAD)
-    return Done(UnknownObserved(_INSPECTION_UNKNOWN[inspection]))
+    return Concluded(UnknownObserved(_INSPECTION_UNKNOWN[inspection]))
 
 
 def after_grace() -> NextStep:
@@ -206,6 +207,24 @@ class Submission:
 
     ready: bool
     reason: Code | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciliation:
+    """§3.11's result for one record (S-1): the evidence, the record's authority, whether a
+    completion may be submitted, and what the ports answered (receipt, inspection, counts)."""
+
+    offer_id: str
+    attempt_id: str
+    state: JournalState
+    revision: int
+    evidence: InboxEvidence
+    authority: Code
+    submission: Submission | None
+    receipt: ReceiptCheck
+    inspection: HandleInspection | None
+    receipt_reads: int
+    probes: int
 
 
 def completion_submission(

@@ -10,10 +10,12 @@ the record's own invariants; every revision the journal transitions produce has 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from kernel.entities import Lease
 from kernel.identity import Secret, is_sha256_hex
 from kernel.identity import offer_id as derive_offer_id
+from kernel.specs.codes import Code
 from kernel.specs.journal import (
     FIELD_RULES,
     JOURNAL_SCHEMA_VERSION,
@@ -72,6 +74,32 @@ class OfferLease:
             and self.worker_generation == other.worker_generation
             and self.lease_token == other.lease_token
         )
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseAck:
+    """The control plane's answer to a Worker command (T2..T6): the kernel's code and, when the
+    lease is still the Worker's (`leased` under the same authority), its current version and
+    expiry."""
+
+    code: Code
+    version: int | None = None
+    expires_at_ms: int | None = None
+
+    def lease_after(self, lease: OfferLease) -> OfferLease:
+        """`lease` with the version and expiry the control plane returned (same token)."""
+        if self.version is None or self.expires_at_ms is None:
+            return lease
+        return replace(lease, version=self.version, expires_at_ms=self.expires_at_ms)
+
+
+def lease_answer(code: Code, lease: Lease | None) -> LeaseAck:
+    """The answer a control plane gives a Worker command (§3.5 "the returned lease"): the
+    kernel's code, and the lease's version and expiry only while it is still `leased` (after a
+    release or a completion there is no lease left to hold, so no version is reported)."""
+    if lease is None or lease.status is not LeaseStatus.LEASED:
+        return LeaseAck(code)
+    return LeaseAck(code, lease.version, lease.expires_at_ms)
 
 
 @dataclass(frozen=True, slots=True)

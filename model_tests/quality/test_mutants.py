@@ -32,6 +32,8 @@ from model_tests.quality.hunt import ENGINES, Catch, engine_order, hunt
 from model_tests.quality.mutants import KERNEL, MUTANTS, Mutant, by_name, play
 from model_tests.quality.plant import Definition, PlantError, definition_of
 
+pytestmark = pytest.mark.slow  # model checking / planted bugs: a slow tier
+
 PARAMS = [pytest.param(m, id=m.name, marks=pytest.mark.spec(m.spec)) for m in MUTANTS]
 
 

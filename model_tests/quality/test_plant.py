@@ -187,6 +187,7 @@ def _pytest_run(plant: str | None) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_a_whole_pytest_run_tests_the_code_planted_at_load() -> None:
     clean = _pytest_run(None)
     assert clean.returncode == 0, clean.stdout + clean.stderr

@@ -6,7 +6,8 @@ replicas whose host clocks disagree still agree on what is due and what has expi
 runner whose clock runs ahead never requeues a Run early. Conformance and tests inject the
 time instead (`InjectedClock`): a trace's `observed_at_ms` is the time of its step.
 
-A `Clock` is read once per command transaction (after the aggregate's rows are locked, see
+A `TransactionClock` is read once per command transaction (after the aggregate's rows are locked,
+see
 `runners.engine.execute_observed`) and once per page (one observation time per page, P-5).
 """
 
@@ -19,7 +20,7 @@ import psycopg
 from runners.cluster.named_sql import STATEMENTS
 
 
-class Clock(Protocol):
+class TransactionClock(Protocol):
     def now_ms(self, conn: psycopg.Connection[Any]) -> int:
         """The observation time in epoch milliseconds, read on `conn` (inside its open
         transaction when there is one)."""

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from kernel.specs.cycles import CLUSTER_CYCLE, CLUSTER_GATING, ClusterPhase
+from kernel.specs import CLUSTER_CYCLE, CLUSTER_GATING, ClusterPhase
 from runners.cluster.runtime import ClusterRuntime
 from runners.passes import EvidencePort
 

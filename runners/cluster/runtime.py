@@ -1,7 +1,7 @@
 """The cluster runner's production entry points: database time, the Attempt advisory lock, and
 a bounded retry of transient conflicts (ADR-0232 §1-§3, SPEC §2.3, §2.4, RETRY-17, RETRY-20).
 
-`ClusterRuntime` wraps a `ClusterStore` with a `Clock` (default: the database's
+`ClusterRuntime` wraps a `ClusterStore` with a `TransactionClock` (default: the database's
 `statement_timestamp()`, `runners.cluster.clock`):
 
 - `execute(command)` runs one command in one transaction; the time is read in the
@@ -25,9 +25,8 @@ from typing import Final
 
 from psycopg import errors
 
-from kernel import Command, Outcome
-from kernel.lost_retry_page import LostRetryPageResult
-from runners.cluster.clock import Clock, DatabaseClock
+from kernel import Command, LostRetryPageResult, Outcome
+from runners.cluster.clock import DatabaseClock, TransactionClock
 from runners.cluster.store import ClusterStore, ClusterTransaction
 from runners.engine import StorageTransaction, execute_observed
 from runners.passes import EvidencePort, RecoveryPageResult, lost_retry_page, runtime_recovery_page
@@ -60,13 +59,13 @@ class ClusterRuntime:
         self,
         store: ClusterStore,
         *,
-        clock: Clock | None = None,
+        clock: TransactionClock | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
         self.store = store
-        self.clock: Clock = DatabaseClock() if clock is None else clock
+        self.clock: TransactionClock = DatabaseClock() if clock is None else clock
         self.max_attempts = max_attempts
         #: Transactions rolled back by a transient conflict and tried again (observability).
         self.transient_retries = 0

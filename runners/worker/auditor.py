@@ -24,21 +24,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from kernel.outcomes import Rejected
-from kernel.specs.budgets import Paging
-from kernel.specs.codes import Code
-from kernel.worker.auditor import (
+from kernel import Rejected
+from kernel.specs import Code, Paging
+from kernel.worker import (
     AuditEntry,
     AuditPage,
     AuditProgress,
     AuditResult,
+    JournalCorrupt,
+    JournalRecord,
     audit_page,
     audit_result,
     check_budget,
     entry,
 )
-from kernel.worker.codec import JournalCorrupt
-from kernel.worker.record import JournalRecord
 from runners.worker.journal.port import JournalError, JournalPage
 
 __all__ = ["AuditRefused", "AuditedJournal", "StartupAuditor"]

@@ -16,21 +16,29 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from kernel.commands import (
+from kernel import (
     AcknowledgeRunning,
     AcknowledgeStarting,
     CompleteWithLease,
     FailStart,
     Fence,
+    Outcome,
     RenewLease,
+    RunAggregate,
+    Secret,
+    WorkerSession,
+    execution_spec_digest,
+    offer_id,
 )
-from kernel.entities import RunAggregate, WorkerSession
-from kernel.identity import Secret, execution_spec_digest, offer_id
-from kernel.outcomes import Outcome
-from kernel.specs.journal import DeliveryKind
-from kernel.specs.states import LeaseStatus
-from kernel.worker.coordinator import CompletionSubmission
-from kernel.worker.record import Offer, OfferCandidate, OfferLease, OfferWorker
+from kernel.specs import DeliveryKind, LeaseStatus
+from kernel.worker import (
+    CompletionSubmission,
+    Offer,
+    OfferCandidate,
+    OfferLease,
+    OfferWorker,
+    lease_answer,
+)
 from runners.engine import Storage, execute_observed
 from runners.worker.ports import Clock, ControlPlaneUnavailable, LeaseAck
 
@@ -150,9 +158,7 @@ class EngineControlPlane:
                     row = aggregate.lease(attempt_id, lease_generation)
         except Exception:  # the answer stands; only the version is unknown
             row = None
-        if row is None or row.status is not LeaseStatus.LEASED:
-            return LeaseAck(outcome.code)
-        return LeaseAck(outcome.code, row.version, row.expires_at_ms)
+        return lease_answer(outcome.code, row)
 
 
 def offer_for(

@@ -1,7 +1,7 @@
 """The Worker execution offer inbox lifecycle (SPEC §3.10, §3.13; ADR-0021 §5; INBOX-28).
 
 `WorkerExecutionOfferInboxLifecycle(journal, audit_budget, recovery=None)` walks the kernel's
-table (`kernel.specs.inbox_lifecycle.INBOX_TRANSITIONS`) and nothing else:
+table (`kernel.specs.inbox_lifecycle.INBOX_TABLE`) and nothing else:
 
     inert -> acquiring -> auditing -> [recovering -> reauditing] -> holding -> stopping -> stopped
                              any failure after acquire: release ownership, then -> refused
@@ -28,16 +28,16 @@ import threading
 from dataclasses import dataclass
 from typing import Protocol
 
-from kernel.specs.budgets import Paging
-from kernel.specs.codes import Code
-from kernel.specs.inbox_lifecycle import (
-    RECOVERY_CLASSES,
+from kernel.specs import (
+    HOLDS_OWNERSHIP,
+    Code,
     InboxCode,
     InboxState,
     InboxTrigger,
+    Paging,
     next_inbox_state,
 )
-from kernel.worker.auditor import AuditResult
+from kernel.worker import AuditResult, needs_recovery
 from runners.worker.auditor import AuditRefused, StartupAuditor
 from runners.worker.journal.port import JournalError, JournalPage
 
@@ -49,9 +49,6 @@ __all__ = [
     "StartupRecovery",
     "WorkerExecutionOfferInboxLifecycle",
 ]
-
-S = InboxState
-T = InboxTrigger
 
 
 class InboxJournal(Protocol):
@@ -93,7 +90,7 @@ class StartupRecovery(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class InboxEdge:
-    """One step the lifecycle took: an edge of `INBOX_TRANSITIONS`."""
+    """One step the lifecycle took: an edge of `INBOX_TABLE`."""
 
     source: InboxState
     trigger: InboxTrigger
@@ -116,10 +113,6 @@ class InboxStatus:
     release_code: Code | InboxCode | None = None
 
 
-def _needs_recovery(audit: AuditResult) -> bool:
-    return any(e.classification in RECOVERY_CLASSES for e in audit.entries)
-
-
 class WorkerExecutionOfferInboxLifecycle:
     """§3.10's inbox lifecycle; see the module docstring. Constructing it checks the audit
     budget against the journal's capacity (U-2) and does no I/O (L-1: inert)."""
@@ -135,7 +128,7 @@ class WorkerExecutionOfferInboxLifecycle:
         self._auditor = StartupAuditor(journal, audit_budget)
         self._recovery = recovery
         self._lock = threading.Lock()  # serializes start() and stop()
-        self._status = InboxStatus(S.INERT)
+        self._status = InboxStatus(InboxState.INERT)
         self._history: list[InboxEdge] = []
 
     # -- views ---------------------------------------------------------------------------------
@@ -161,37 +154,38 @@ class WorkerExecutionOfferInboxLifecycle:
     def start(self) -> InboxStatus:
         """Acquire, audit, [recover, re-audit], hold; or refuse. A no-op unless inert."""
         with self._lock:
-            if self.state is not S.INERT:
-                return self._status
-            self._move(T.START)
+            if next_inbox_state(self.state, InboxTrigger.START) is None:
+                return self._status  # L-1: started already (or stopped): the table has no edge
+            self._move(InboxTrigger.START)
             if not self._acquire():
                 return self._status
-            self._move(T.ACQUIRED)
+            self._move(InboxTrigger.ACQUIRED)
             audit = self._audit()
             if audit is None:
                 return self._status
-            if self._recovery is not None and _needs_recovery(audit):
-                self._move(T.RECOVERY_NEEDED)
+            if self._recovery is not None and needs_recovery(audit):
+                self._move(InboxTrigger.RECOVERY_NEEDED)
                 report = self._recover(self._recovery, audit)
                 if report is None:
                     return self._status
-                self._move(T.RECOVERED, recovery=report)
+                self._move(InboxTrigger.RECOVERED, recovery=report)
                 audit = self._audit()
                 if audit is None:
                     return self._status
-            self._move(T.AUDIT_COMPLETE, code=audit.status, audit=audit)
+            self._move(InboxTrigger.AUDIT_COMPLETE, code=audit.status, audit=audit)
             return self._status
 
     def stop(self) -> InboxStatus:
         """Release the held ownership (holding -> stopping -> stopped). Before `start()` the
         lifecycle goes straight to `stopped`; `refused` and `stopped` stay as they are."""
         with self._lock:
-            if self.state is S.INERT:
-                self._move(T.STOP)
-            elif self.state is S.HOLDING:
-                self._move(T.STOP, code=None)
+            if next_inbox_state(self.state, InboxTrigger.STOP) is None:
+                return self._status  # `refused` and `stopped` stay as they are
+            holding = self.state in HOLDS_OWNERSHIP
+            self._move(InboxTrigger.STOP, **({"code": None} if holding else {}))
+            if holding:  # W-7: the ownership taken at start is released on the way out
                 release_code = self._release()
-                self._move(T.RELEASED, release_code=release_code)
+                self._move(InboxTrigger.RELEASED, release_code=release_code)
             return self._status
 
     # -- steps -----------------------------------------------------------------------------------
@@ -222,7 +216,7 @@ class WorkerExecutionOfferInboxLifecycle:
             code = InboxCode.ACQUIRE_FAILED
         else:
             return True
-        self._move(T.ACQUIRE_FAILED, code=code)
+        self._move(InboxTrigger.ACQUIRE_FAILED, code=code)
         return False
 
     def _audit(self) -> AuditResult | None:
@@ -251,7 +245,7 @@ class WorkerExecutionOfferInboxLifecycle:
     def _refuse(self, code: Code | InboxCode, **changes: object) -> None:
         """§3.10: release ownership FIRST, then refuse (the edge is taken only afterwards)."""
         release_code = self._release()
-        self._move(T.REFUSED, code=code, release_code=release_code, **changes)
+        self._move(InboxTrigger.REFUSED, code=code, release_code=release_code, **changes)
 
     def _release(self) -> Code | InboxCode | None:
         try:

@@ -21,25 +21,27 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kernel.identity import offer_id as derive_offer_id
-from kernel.specs.codes import Code
-from kernel.specs.states import StopResult
-from kernel.worker.journal import LeaseLost
-from kernel.worker.lease_loss import (
-    Finish,
+from kernel import offer_id as derive_offer_id
+from kernel.specs import Code, StopResult
+from kernel.worker import (
+    FinishLeaseLoss,
+    Found,
+    JournalRecord,
+    LeaseLossReason,
     LeaseLossResult,
+    LeaseLost,
+    OfferLease,
     StopHandle,
+    Written,
     after_stop,
     decide_lease_loss,
     quiet_after_conflict,
     result_of,
 )
-from kernel.worker.record import JournalRecord, OfferLease
 from runners.worker.in_flight import InFlight
-from runners.worker.journal.port import JournalError, JournalStore
-from runners.worker.lease_lifecycle import LeaseLossReason
+from runners.worker.journal.engine import JournalEngine
+from runners.worker.journal.port import JournalStore
 from runners.worker.ports import Controller
-from runners.worker.recovery import write_step
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +59,8 @@ class LeaseLossCoordinator:
     def __init__(
         self, journal: JournalStore, controller: Controller, clock: Callable[[], int]
     ) -> None:
-        self._journal = journal
+        self._engine = JournalEngine(journal, clock)
         self._controller = controller
-        self._clock = clock
         self._inflight: InFlight[str, LeaseLossOutcome] = InFlight()
         self._lock = threading.Lock()
         self.outcomes: list[LeaseLossOutcome] = []
@@ -84,12 +85,12 @@ class LeaseLossCoordinator:
         return outcome
 
     def _handle(self, key: str, snapshot: OfferLease, reason: LeaseLossReason) -> LeaseLossOutcome:
-        try:
-            record = self._journal.read(key)
-        except JournalError as exc:
-            return LeaseLossOutcome(key, None, reason, exc.code)
+        found = self._engine.read(key)
+        if not isinstance(found, Found):
+            return LeaseLossOutcome(key, None, reason, found.code)
+        record = found.record
         decision = decide_lease_loss(record, snapshot)
-        if isinstance(decision, Finish):
+        if isinstance(decision, FinishLeaseLoss):
             return LeaseLossOutcome(key, decision.result, reason)
         assert record is not None
         if isinstance(decision, StopHandle):
@@ -107,15 +108,14 @@ class LeaseLossCoordinator:
     def _write(
         self, key: str, record: JournalRecord, event: LeaseLost, reason: LeaseLossReason
     ) -> LeaseLossOutcome:
-        written = write_step(self._journal, record, event, self._clock())
-        if written is not None:
+        if isinstance(self._engine.write(record, event), Written):
             return LeaseLossOutcome(key, result_of(event), reason)
-        try:
-            now = self._journal.read(key)
-        except JournalError as exc:
-            return LeaseLossOutcome(key, None, reason, exc.code)
+        found = self._engine.read(key)
+        if not isinstance(found, Found):
+            return LeaseLossOutcome(key, None, reason, found.code)
+        now = found.record
         if quiet_after_conflict(now):  # someone else settled it: finish quietly
             settled = decide_lease_loss(now, record.offer.lease)
-            if isinstance(settled, Finish):
+            if isinstance(settled, FinishLeaseLoss):
                 return LeaseLossOutcome(key, settled.result, reason)
         return LeaseLossOutcome(key, None, reason, Code.JOURNAL_REVISION_CONFLICT)

@@ -22,15 +22,32 @@ Results and errors carry ids, codes, versions and times only (S-1).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from kernel.identity import Secret
-from kernel.specs.codes import Code
-from kernel.specs.states import StopResult
-from kernel.worker.coordinator import CompletionSubmission
-from kernel.worker.reconciler import Inspection
-from kernel.worker.record import JournalRecord, OfferLease
+from kernel import Secret
+from kernel.specs import StopResult
+from kernel.worker import (
+    CompletionSubmission,
+    HandleInspection,
+    JournalRecord,
+    LeaseAck,
+    OfferLease,
+)
+
+__all__ = [
+    "Clock",
+    "ControlPlaneClient",
+    "ControlPlaneUnavailable",
+    "Controller",
+    "ExecutionContext",
+    "ExecutionContextFactory",
+    "Executor",
+    "ExecutorRefused",
+    "Inspector",
+    "LeaseAck",
+    "PrepareRefused",
+]
 
 
 class ControlPlaneUnavailable(Exception):
@@ -40,22 +57,6 @@ class ControlPlaneUnavailable(Exception):
     def __init__(self, reason: str = "unavailable") -> None:
         super().__init__(f"control plane unavailable: {reason}")
         self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseAck:
-    """A control-plane answer: the kernel's code and, when the lease is still the Worker's
-    (`leased` under the same authority), its current version and expiry."""
-
-    code: Code
-    version: int | None = None
-    expires_at_ms: int | None = None
-
-    def lease_after(self, lease: OfferLease) -> OfferLease:
-        """`lease` with the version and expiry the control plane returned (same token)."""
-        if self.version is None or self.expires_at_ms is None:
-            return lease
-        return replace(lease, version=self.version, expires_at_ms=self.expires_at_ms)
 
 
 class ControlPlaneClient(Protocol):
@@ -120,7 +121,7 @@ class Executor(Protocol):
 
 
 class Inspector(Protocol):
-    def inspect(self, executor_handle: str) -> Inspection:
+    def inspect(self, executor_handle: str) -> HandleInspection:
         """§3.11 step 3; raising means `probe_failed`."""
         ...
 
@@ -137,6 +138,3 @@ class Clock(Protocol):
     def __call__(self) -> int:
         """Wall time in ms since the epoch (the runner's clock; the kernel never reads one)."""
         ...
-
-
-UNAVAILABLE: Code = Code.CONTROL_PLANE_UNAVAILABLE

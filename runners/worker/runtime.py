@@ -19,23 +19,35 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kernel.entities import WorkerSession
-from kernel.specs.budgets import Paging, budget_for
-from kernel.specs.codes import Code
-from kernel.specs.inbox_lifecycle import InboxState
-from kernel.specs.journal import JournalState
-from kernel.specs.limits import LEASE_DURATION_DEFAULT_MS
-from kernel.specs.states import Profile
-from kernel.worker.auditor import AuditResult
-from kernel.worker.journal import LeaseVersionAdvanced
-from kernel.worker.record import Offer, OfferLease
+from kernel import WorkerSession
+from kernel.specs import (
+    ACCEPTS_DELIVERIES,
+    LEASE_DURATION_DEFAULT_MS,
+    WORKER_COMPLETION_POLL_PAGE,
+    Code,
+    Paging,
+    Profile,
+    budget_for,
+)
+from kernel.worker import (
+    RELEASES_LEASE,
+    AuditResult,
+    LeaseLossReason,
+    Offer,
+    OfferLease,
+    PollAction,
+    poll_action,
+    start_failure_replays,
+)
+from runners.worker.coordinator import Coordinator, CoordinatorResult
 from runners.worker.inbox_lifecycle import (
     InboxStatus,
     RecoveryReport,
     WorkerExecutionOfferInboxLifecycle,
 )
+from runners.worker.journal.engine import JournalEngine
 from runners.worker.journal.port import JournalError, JournalStore, OwnedJournal
-from runners.worker.lease_lifecycle import LeaseLossReason, TickResult, WorkerLeaseLifecycle
+from runners.worker.lease_lifecycle import TickResult, WorkerLeaseLifecycle
 from runners.worker.lease_loss import LeaseLossCoordinator
 from runners.worker.ports import (
     Clock,
@@ -53,35 +65,9 @@ from runners.worker.posix.adapters import (
 )
 from runners.worker.posix.receipts import CompletionReceiptStore, ReceiptAuthenticator
 from runners.worker.receiver import DeliveryResult, Receiver, ResultKind
-from runners.worker.recovery import (
-    DEFAULT_GRACE_MS,
-    Coordinator,
-    CoordinatorOutcome,
-    CoordinatorResult,
-    Reconciler,
-    StartupSupervisor,
-    write_step,
-)
+from runners.worker.reconciler import DEFAULT_GRACE_MS, Reconciler
 from runners.worker.retention import RetentionResult, TerminalRetention, cleanup_settled_receipt
-
-#: Coordinator outcomes after which the Worker holds the lease for nothing.
-_SETTLED_LEASE = frozenset(
-    {
-        CoordinatorOutcome.COMPLETED,
-        CoordinatorOutcome.COMPLETED_CLEANUP_PENDING,
-        CoordinatorOutcome.CONTROL_PLANE_TERMINAL,
-    }
-)
-
-#: States whose local execution may still produce a receipt to complete.
-_OPEN = frozenset(
-    {
-        JournalState.LAUNCHING,
-        JournalState.STARTED,
-        JournalState.RUNNING_ACKNOWLEDGED,
-        JournalState.RECOVERY_REQUIRED,
-    }
-)
+from runners.worker.supervisor import DEFAULT_ACTION_BUDGET, StartupSupervisor
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +97,7 @@ class WorkerRuntime:
         inspector: Inspector | None = None,
         controller: Controller | None = None,
         lease_duration_ms: int = LEASE_DURATION_DEFAULT_MS,
-        recovery_budget: int = 64,
+        recovery_budget: int = DEFAULT_ACTION_BUDGET,
         grace_ms: int = DEFAULT_GRACE_MS,
         retention_ms: int | None = None,
     ) -> None:
@@ -169,7 +155,7 @@ class WorkerRuntime:
         """§3.10: acquire, audit, startup recovery (the supervisor), re-audit, hold; then the
         restart row of §3.7 for `start_failed` (`replay_start_failures`)."""
         status = self.inbox.start()
-        if status.state is InboxState.HOLDING:
+        if status.state in ACCEPTS_DELIVERIES:
             self.replay_start_failures()
         return status
 
@@ -191,14 +177,16 @@ class WorkerRuntime:
         """§3.5, only while the inbox holds the journal (the transport starts after startup)."""
         if not isinstance(offer, Offer):
             return DeliveryResult("", ResultKind.REJECTED, Code.OFFER_INVALID)
-        if self.inbox.state is not InboxState.HOLDING:
+        if self.inbox.state not in ACCEPTS_DELIVERIES:
             return DeliveryResult(offer.offer_id, ResultKind.REJECTED, Code.JOURNAL_NOT_OWNED)
         return self.receiver.deliver(offer)
 
     def tick(self, now_ms: int | None = None) -> TickResult:
         return self.lifecycle.tick(self.clock() if now_ms is None else now_ms)
 
-    def poll_completions(self, cursor: str | None = None, limit: int = 16) -> CompletionPoll:
+    def poll_completions(
+        self, cursor: str | None = None, limit: int = WORKER_COMPLETION_POLL_PAGE
+    ) -> CompletionPoll:
         """One page of the journal (`poll_page`): receipts to completions (§3.11, §3.12) and
         `fail_start` replays (§3.7)."""
         return poll_page(
@@ -227,28 +215,23 @@ class WorkerRuntime:
 
     def _startup_recovery(self, audit: AuditResult) -> RecoveryReport:
         outcome = self.supervisor.run(audit)
-        failed = sum(
-            1
-            for item in outcome.items
-            if item.outcome not in ("cleaned", "completed", "nothing_to_do")
-        )
         return RecoveryReport(
             refused=outcome.refused,
             status=outcome.status,
             actions=len(outcome.items),
-            failed_items=failed,
+            failed_items=outcome.failed_items,
         )
 
 
 def _default_audit_budget(capacity: int) -> Paging:
-    """U-2: the edge default 16 x 4 (the `edge` budget row) when it covers the journal's
-    capacity, else the other profiles' 64 x 16 (a budget smaller than the capacity is
-    rejected by the auditor, so a larger journal needs the larger one)."""
+    """U-2: the `edge` budget row (16 x 4) when it covers the journal's capacity, else the
+    `worker` row (64 x 16, decision B-49): a budget smaller than the capacity is rejected by
+    the auditor, so a larger journal needs the larger one."""
     edge = budget_for(Profile.EDGE).startup_auditor
+    worker = budget_for(Profile.WORKER).startup_auditor
     assert edge is not None
-    if edge.max_items >= capacity:
-        return edge
-    return Paging(page_size=64, pages=16)
+    assert worker is not None
+    return edge if edge.max_items >= capacity else worker
 
 
 # -- the steps, as functions (the Worker model drives exactly these, model_tests/worker_machine)
@@ -260,13 +243,14 @@ def poll_page(
     *,
     now_ms: int,
     cursor: str | None = None,
-    limit: int = 16,
+    limit: int = WORKER_COMPLETION_POLL_PAGE,
 ) -> CompletionPoll:
-    """One page of the journal: each record that may own local execution and has no delivery
-    in flight gets the lease lifecycle's newer version merged in first (the §3.12 decision:
-    a completion uses the journal's version, so the submission and any replay after a crash
-    are exact), then the Reconciler and the Coordinator (`reconcile_one`); a settled one is
-    untracked (nothing left to renew). A `start_failed` record replays `fail_start` (§3.7).
+    """One page of the journal, each record as the kernel's `poll_action` says (E-6): a record
+    that may own a local execution gets the lease lifecycle's newer version merged in first (the
+    §3.12 decision: a completion uses the journal's version, so the submission and any replay
+    after a crash are exact), then the Reconciler and the Coordinator (`reconcile_one`); one
+    whose lease the outcome settles is untracked (nothing left to renew). A record whose §3.7
+    row is "replay `fail_start`" replays it.
 
     :raises RuntimeError: the page could not be listed (the journal's code, never its text).
     """
@@ -274,38 +258,38 @@ def poll_page(
         page = journal.list(cursor, limit)
     except JournalError as exc:
         raise RuntimeError(f"journal unavailable: {exc.code}") from None
+    engine = JournalEngine(journal, lambda: now_ms)
     results: list[CoordinatorResult] = []
     replays: list[DeliveryResult] = []
     for record in page.records:
-        if receiver.in_flight(record.offer_id):
-            continue
-        if record.state in _OPEN:
-            lease = lifecycle.current(record.offer_id)
-            if lease is not None and lease.version > record.offer.lease.version:
-                merge = LeaseVersionAdvanced(lease, record.offer.delivery_kind)
-                write_step(journal, record, merge, now_ms)
-            result = supervisor.reconcile_one(record.offer_id, now_ms)
-            if result.outcome in _SETTLED_LEASE:
-                lifecycle.untrack(record.offer_id)
+        offer_id = record.offer_id
+        step = poll_action(
+            record, in_flight=receiver.in_flight(offer_id), held=lifecycle.current(offer_id)
+        )
+        if step.merge is not None:
+            engine.write(record, step.merge)  # a failure leaves the older version: still exact
+        if step.action is PollAction.RECONCILE:
+            result = supervisor.reconcile_one(offer_id, now_ms)
+            if result.outcome in RELEASES_LEASE:
+                lifecycle.untrack(offer_id)
             results.append(result)
-        elif record.state is JournalState.START_FAILED:
-            replayed = receiver.replay_fail_start(record.offer_id)
+        elif step.action is PollAction.REPLAY_FAIL_START:
+            replayed = receiver.replay_fail_start(offer_id)
             if replayed is not None:
                 replays.append(replayed)
     return CompletionPoll(tuple(results), page.cursor, page.has_more, tuple(replays))
 
 
 def replay_start_failures(audit: AuditResult, receiver: Receiver) -> tuple[DeliveryResult, ...]:
-    """§3.7 on restart: every `start_failed` entry of the startup audit replays `fail_start`
-    only (`Receiver.replay_fail_start`; `start_failed` has no start edge, §3.6). Without it a
-    Worker killed after the control plane accepted the failure and before
-    `start_failure_acknowledged` keeps the record non-final forever: T5 released the lease,
-    so no redelivery can come, and the startup supervisor has no action for
+    """§3.7 on restart: every audited record whose row is "replay `fail_start` only"
+    (`kernel.worker.supervisor.start_failure_replays`) replays it
+    (`Receiver.replay_fail_start`). Without it a Worker killed after the control plane accepted
+    the failure and before `start_failure_acknowledged` keeps the record non-final forever: T5
+    released the lease, so no redelivery can come, and the startup supervisor has no action for
     `no_local_execution` (found by the kill matrix). Bounded by the audit's budget."""
     results: list[DeliveryResult] = []
-    for entry in audit.entries:
-        if entry.state is JournalState.START_FAILED:
-            result = receiver.replay_fail_start(entry.offer_id)
-            if result is not None:
-                results.append(result)
+    for offer_id in start_failure_replays(audit):
+        result = receiver.replay_fail_start(offer_id)
+        if result is not None:
+            results.append(result)
     return tuple(results)

@@ -73,6 +73,7 @@ def test_named_trace_round_trips_and_matches_the_schema(path: Path) -> None:
         jsonschema.validate(json.loads(line), SCHEMA)
 
 
+@pytest.mark.slow  # regenerates the whole corpus
 def test_corpus_is_exactly_what_its_command_regenerates(capsys: pytest.CaptureFixture[str]) -> None:
     """`python -m model_tests.corpus --check`: every file equal to a fresh regeneration (compared
     decompressed), none missing, none extra."""

@@ -44,7 +44,7 @@ from conformance.journal.trace import (
     JOURNAL_CORPUS,
     JournalFault,
     JournalTrace,
-    OwnedJournal,
+    TraceJournal,
     dumps,
     loads,
     projection_digest,
@@ -135,6 +135,7 @@ def test_every_covered_conf_item_has_a_named_trace_that_says_so() -> None:
     assert len(GENERATED) == 30
 
 
+@pytest.mark.slow
 def test_the_corpus_is_exactly_what_its_generator_writes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -303,7 +304,7 @@ def test_a_journal_step_with_an_unknown_member_fails_the_schema() -> None:
 class _Delegate:
     """A journal that forwards everything to a real adapter; mutants override one method."""
 
-    def __init__(self, inner: OwnedJournal) -> None:
+    def __init__(self, inner: TraceJournal) -> None:
         self.inner = inner
 
     def create(self, record: JournalRecord) -> None:
@@ -371,12 +372,12 @@ class WritesFirst(_Delegate):
 
 
 class _Mutant:
-    def __init__(self, inner: Instance, store: OwnedJournal) -> None:
+    def __init__(self, inner: Instance, store: TraceJournal) -> None:
         self._inner = inner
         self._store = store
 
     @property
-    def store(self) -> OwnedJournal:
+    def store(self) -> TraceJournal:
         return self._store
 
     @property
@@ -401,7 +402,7 @@ class MutantBinding:
     def __init__(
         self,
         base: JournalBinding,
-        wrap: Callable[[OwnedJournal], OwnedJournal] = lambda store: store,
+        wrap: Callable[[TraceJournal], TraceJournal] = lambda store: store,
         *,
         capacity: int | None = None,
         reason: str | None = None,

@@ -77,6 +77,7 @@ def test_codec_round_trips_exactly(data: st.DataObject) -> None:
     assert dumps(loads(text)) == text
 
 
+@pytest.mark.slow  # about 7 s
 @settings(max_examples=20)
 @given(st.data())
 def test_every_line_matches_the_schema_and_replays(data: st.DataObject) -> None:

@@ -4,11 +4,12 @@
 usual stale, replayed and foreign variants); `explore` applies every menu item at a few fixed
 clock steps and visits each distinct resulting aggregate once, up to a depth. The result is every
 (state, command, outcome) edge seen, which the table tests and the exhaustive small-scope check
-use. Nothing here decides anything: the kernel does.
+use (`tests/test_state_tables.py`). Nothing here decides anything: the kernel does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from kernel import (
     RenewLease,
     RequestCancel,
     RunAggregate,
+    RunStatus,
     Safety,
     StopResult,
     UnknownEvidence,
@@ -72,7 +74,9 @@ STEPS = (1, 31_000)
 
 
 def enumerate_commands(agg: RunAggregate | None) -> Iterator[Command]:
-    """The finite command menu for one state."""
+    """The finite command menu for one state: every command type in every state (from nothing
+    too, where all but the two admissions must be refused), so that every (status, command) pair
+    of the tables is tried wherever the status is reached."""
     yield AdmitRun(
         run_id=RUN_ID,
         attempt_id="a1",
@@ -91,19 +95,21 @@ def enumerate_commands(agg: RunAggregate | None) -> Iterator[Command]:
             task_revision=1,
             executor_type=LOCAL_EXECUTOR,
         )
-        yield CreateRun(
-            run_id=RUN_ID,
-            project_id="proj",
-            task_id="task",
-            task_revision=1,
-            executor_type=EXECUTOR,
-        )
-        return
-    latest = agg.latest_attempt
+    yield CreateRun(
+        run_id=RUN_ID,
+        project_id="proj",
+        task_id="task",
+        task_revision=1,
+        executor_type=EXECUTOR,
+    )
+    latest = agg.latest_attempt if agg is not None else None
     attempt_id = latest.attempt_id if latest is not None else "a1"
     # Start facts: the handle fact is never earlier than the Attempt's creation.
     started = latest.started_at_ms or latest.created_at_ms if latest is not None else START_MS
-    generation = 1 + max((x.lease_generation for x in agg.leases_of(attempt_id)), default=0)
+    leases = agg.leases if agg is not None else ()
+    generation = 1 + max(
+        (x.lease_generation for x in leases if x.attempt_id == attempt_id), default=0
+    )
     yield GrantLease(RUN_ID, attempt_id, WORKER, lease_token(attempt_id, generation), 30_000)
     # With no lease yet, a made-up generation-1 fence still offers every fenced command.
     fences = [
@@ -119,7 +125,7 @@ def enumerate_commands(agg: RunAggregate | None) -> Iterator[Command]:
                 lease.version,
             ),
         )
-        for lease in agg.leases
+        for lease in leases
     ] or [(attempt_id, 1, Fence("w1", "w1-s1", 1, 1, lease_token(attempt_id, 1), 1))]
     for aid, version, fence in fences:
         yield AcknowledgeStarting(RUN_ID, aid, fence, WORKER)
@@ -144,7 +150,7 @@ def enumerate_commands(agg: RunAggregate | None) -> Iterator[Command]:
     for reason in (CancelReason.USER, CancelReason.TIMEOUT):
         yield RequestCancel(RUN_ID, reason)
     yield ConvergeCancel(RUN_ID)
-    yield LostRetryStep(RUN_ID, f"a{len(agg.attempts) + 1}")
+    yield LostRetryStep(RUN_ID, f"a{len(agg.attempts) + 1 if agg is not None else 2}")
     digest = token_digest(callback_token(attempt_id))
     yield ActivateLocal(RUN_ID, attempt_id, LOCAL_EXECUTOR, 1, digest)
     yield RecordLocalHandle(RUN_ID, attempt_id, "pid:7", started)
@@ -180,10 +186,14 @@ def enumerate_commands(agg: RunAggregate | None) -> Iterator[Command]:
     yield FailOrphanedCreated(RUN_ID, START_MS + 10**8)
 
 
+#: One tried step: the state before (None: nothing yet), the command, the time, the outcome.
+Step = tuple[RunAggregate | None, Command, int, Outcome]
+
+
 @dataclass
 class Exploration:
     states: int = 0
-    edges: list[tuple[RunAggregate | None, Command, int, Outcome]] = field(default_factory=list)
+    edges: list[Step] = field(default_factory=list)
     depth_reached: int = 0
 
 
@@ -211,3 +221,21 @@ def explore(max_depth: int, max_states: int = 200_000) -> Exploration:
                 seen.add(key)
                 queue.append((outcome.aggregate, at, depth + 1))
     return result
+
+
+def stored_data_steps(exploration: Exploration) -> list[Step]:
+    """Steps that only stored data reaches, from states the exploration found. A policy is
+    immutable after admission, so a `retry_wait` Run always passed R1..R3 when it was
+    scheduled; R1..R3 still apply to it (SPEC §1.8.1 clears the cursor "on R1..R3"), e.g. for a
+    row written by an older version: here, R1 on a stored policy with retry disabled."""
+    waiting = next(
+        outcome.aggregate
+        for _before, _command, _at, outcome in exploration.edges
+        if isinstance(outcome, Applied) and outcome.aggregate.run.status is RunStatus.RETRY_WAIT
+    )
+    assert waiting.policy is not None
+    disabled = dataclasses.replace(waiting.policy, retry_on_lost=False)
+    stored = dataclasses.replace(waiting, policy=disabled)
+    command = LostRetryStep(RUN_ID, f"a{len(stored.attempts) + 1}")
+    at = stored.run.updated_at_ms + 1
+    return [(stored, command, at, apply(stored, command, at))]

@@ -24,11 +24,12 @@ from kernel.outcomes import Applied
 from kernel.specs.journal import DeliveryKind
 from kernel.specs.states import StopResult, WorkerSessionStatus
 from kernel.worker.coordinator import CompletionSubmission
-from kernel.worker.reconciler import Inspection, ReceiptCheck, ReceiptFacts
+from kernel.worker.reconciler import HandleInspection, ReceiptCheck, ReceiptFacts
 from kernel.worker.record import JournalRecord, Offer, OfferLease
 from runners.edge.store import EdgeStore
 from runners.engine import execute
 from runners.worker.control_plane import EngineControlPlane, offer_for
+from runners.worker.coordinator import Coordinator
 from runners.worker.journal.file import FileJournal
 from runners.worker.journal.lock import JournalOwnership
 from runners.worker.journal.port import JournalStore
@@ -43,7 +44,8 @@ from runners.worker.ports import (
 )
 from runners.worker.posix.adapters import TokenContextFactory
 from runners.worker.receiver import Receiver
-from runners.worker.recovery import Coordinator, ReceiptPort, Reconciler, StartupSupervisor
+from runners.worker.reconciler import ReceiptEvidencePort, Reconciler
+from runners.worker.supervisor import StartupSupervisor
 
 T0 = 1_700_000_000_000
 DURATION_MS = 30_000
@@ -242,10 +244,10 @@ class ScriptedExecutor:
 
 @dataclass
 class ScriptedInspector:
-    answer: Inspection = Inspection.RUNNING
+    answer: HandleInspection = HandleInspection.RUNNING
     calls: list[str] = field(default_factory=list)
 
-    def inspect(self, executor_handle: str) -> Inspection:
+    def inspect(self, executor_handle: str) -> HandleInspection:
         self.calls.append(executor_handle)
         return self.answer
 
@@ -262,7 +264,7 @@ class ScriptedController:
 
 @dataclass
 class MemoryReceipts:
-    """A `ReceiptPort` holding receipts facts by Attempt (for in-process tests: the facts a
+    """A `ReceiptEvidencePort` holding receipts facts by Attempt (for in-process tests: the facts a
     real receipt store + authenticator would answer; the POSIX tests use the real ones)."""
 
     receipts: dict[str, ReceiptFacts] = field(default_factory=dict)
@@ -292,14 +294,14 @@ class Worker:
         control: ControlPlane,
         executor: object,
         *,
-        receipts: ReceiptPort | None = None,
+        receipts: ReceiptEvidencePort | None = None,
         inspector: object | None = None,
         controller: object | None = None,
     ) -> None:
         self.journal = journal
         self.control = control
         self.clock = control.clock
-        self.receipts: ReceiptPort = receipts if receipts is not None else MemoryReceipts()
+        self.receipts: ReceiptEvidencePort = receipts if receipts is not None else MemoryReceipts()
         self.inspector = inspector if inspector is not None else ScriptedInspector()
         self.controller = controller if controller is not None else ScriptedController()
         self.lost: list[tuple[str, LeaseLossReason]] = []

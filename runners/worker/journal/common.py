@@ -8,11 +8,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from kernel.specs.budgets import HARD_LIMITS, IntRange, budget_for
-from kernel.specs.codes import Code
-from kernel.specs.states import Profile
-from kernel.worker.codec import JournalCorrupt, decode_record, encode_record
-from kernel.worker.record import JournalRecord
+from kernel.specs import HARD_LIMITS, Code, IntRange, Profile, budget_for
+from kernel.worker import JournalCorrupt, JournalRecord, decode_record, encode_record
 from runners.worker.journal.lock import JournalOwnership, JournalOwnershipError
 from runners.worker.journal.port import JournalError
 

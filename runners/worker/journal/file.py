@@ -52,10 +52,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final, TypeVar
 
-from kernel.specs.budgets import check_in_range
-from kernel.specs.codes import Code
-from kernel.worker.codec import JournalCorrupt, decode_record
-from kernel.worker.record import JournalRecord
+from kernel.specs import Code, check_in_range
+from kernel.worker import JournalCorrupt, JournalRecord, decode_record
 from runners.worker.journal.common import (
     CAPACITY_RANGE,
     DEFAULT_CAPACITY,

@@ -55,15 +55,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
 
-from kernel.specs.budgets import HARD_LIMITS, budget_for, check_in_range
-from kernel.specs.codes import Code
-from kernel.specs.journal_ownership import (
+from kernel.specs import (
+    HARD_LIMITS,
     REFUSAL_CODES,
+    Code,
     OwnershipState,
     OwnershipTrigger,
+    Profile,
+    budget_for,
+    check_in_range,
     next_ownership_state,
 )
-from kernel.specs.states import Profile
 
 __all__ = [
     "DEFAULT_STALE_WINDOW_MS",

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from kernel.specs.codes import Code
-from kernel.worker.record import JournalRecord
+from kernel.specs import Code
+from kernel.worker import JournalRecord
 
 
 class JournalError(Exception):

@@ -66,10 +66,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
-from kernel.specs.budgets import HARD_LIMITS, IntRange, check_in_range
-from kernel.specs.codes import Code
-from kernel.worker.codec import JournalCorrupt, decode_record
-from kernel.worker.record import JournalRecord
+from kernel.specs import HARD_LIMITS, Code, IntRange, check_in_range
+from kernel.worker import JournalCorrupt, JournalRecord, decode_record
 from runners.named_sql import load
 from runners.worker.journal.common import (
     CAPACITY_RANGE,

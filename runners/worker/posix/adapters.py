@@ -3,8 +3,8 @@ receipts and execution contexts of `runners.worker.posix.executor` / `runners.wo
 behind the neutral ports of `runners.worker.ports` and `runners.worker.recovery`.
 
 - `PosixExecutorPort.start(context)`: the ExecutionSpec's `argv` (a list of strings, never a
-  shell line) launched once through `PosixExecutor`; `StartRefused` is the port's explicit
-  refusal, `StartAmbiguous` (and anything else) stays ambiguous. Before the wrapper is spawned
+  shell line) launched once through `PosixExecutor`; `SpawnRefused` is the port's explicit
+  refusal, `SpawnAmbiguous` (and anything else) stays ambiguous. Before the wrapper is spawned
   one line is appended (and fsynced) to the executor's own **spawn journal**
   (`<dir>/spawns.log`, `0600`): offer id and attempt id, nothing else. Counting those lines is
   how the kill matrix counts `Executor.start()` calls across crashes (I-J1): the line is
@@ -23,10 +23,9 @@ import secrets
 import threading
 from pathlib import Path
 
-from kernel.identity import Secret
-from kernel.specs.states import CancelReason, StopResult
-from kernel.worker.reconciler import Inspection, ReceiptCheck, ReceiptFacts
-from kernel.worker.record import JournalRecord
+from kernel import Secret
+from kernel.specs import CancelReason, StopResult
+from kernel.worker import HandleInspection, JournalRecord, ReceiptCheck, ReceiptFacts
 from runners.worker.ports import ExecutionContext, ExecutorRefused, PrepareRefused
 from runners.worker.posix.executor import (
     DurableHandle,
@@ -34,7 +33,7 @@ from runners.worker.posix.executor import (
     PersistedExecutionController,
     PersistedExecutionInspector,
     PosixExecutor,
-    StartRefused,
+    SpawnRefused,
 )
 from runners.worker.posix.receipts import (
     CompletionReceiptStore,
@@ -111,7 +110,7 @@ class PosixExecutorPort:
         self._spawns.append(context.offer_id, context.attempt_id)
         try:
             handle = self._executor.start(spec)
-        except StartRefused as refused:
+        except SpawnRefused as refused:
             raise ExecutorRefused(refused.code) from None
         return handle.text
 
@@ -146,8 +145,8 @@ class PosixInspector:
     def __init__(self, inspector: PersistedExecutionInspector | None = None) -> None:
         self._inspector = inspector or PersistedExecutionInspector()
 
-    def inspect(self, executor_handle: str) -> Inspection:
-        return Inspection(self._inspector.inspect(executor_handle).value)
+    def inspect(self, executor_handle: str) -> HandleInspection:
+        return HandleInspection(self._inspector.inspect(executor_handle).value)
 
 
 class PosixController:

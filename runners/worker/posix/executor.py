@@ -16,10 +16,10 @@ a new
   itself right before it signals the group (§3.15 step 6) and never signals a process whose
   identity does not match.
 
-Start results (§3.5): a `StartRefused(code)` is an explicit refusal, raised only when the
+Start results (§3.5): a `SpawnRefused(code)` is an explicit refusal, raised only when the
 command certainly never ran (checked before any process exists, or refused by the wrapper's
 handshake before it spawned anything); the receiver writes `start_failed`. Everything else that
-goes wrong once the wrapper exists is `StartAmbiguous(code)`: the command may have started, the
+goes wrong once the wrapper exists is `SpawnAmbiguous(code)`: the command may have started, the
 receiver writes `recovery_required(launch_outcome_unknown)` and never retries (EX-7).
 
 Nothing here reads a clock or keeps a timer; the only state is the executor's map of its own
@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from kernel.identity import PORTABLE_ID_RE, Secret
-from kernel.specs.states import CancelReason, StopResult
+from kernel import PORTABLE_ID_RE, Secret
+from kernel.specs import CancelReason, StopResult
 from runners.worker.posix.launch_wrapper import (
     HANDSHAKE_MAX_BYTES,
     HANDSHAKE_REFUSED,
@@ -72,11 +72,11 @@ __all__ = [
     "ProbeFailed",
     "ProcFs",
     "ProcStat",
-    "StartAmbiguous",
-    "StartAmbiguousCode",
-    "StartError",
-    "StartRefusalCode",
-    "StartRefused",
+    "SpawnAmbiguous",
+    "SpawnAmbiguousCode",
+    "SpawnError",
+    "SpawnRefusalCode",
+    "SpawnRefused",
     "StopFailed",
     "StopOutcome",
 ]
@@ -438,7 +438,7 @@ class PersistedExecutionController:
 # -- executor ---------------------------------------------------------------------------------
 
 
-class StartRefusalCode(enum.StrEnum):
+class SpawnRefusalCode(enum.StrEnum):
     """Explicit start refusals (§3.5 "Executor.start() explicitly refuses"): the command never
     ran. The value is the low-sensitivity `start_failure_code` of §3.3."""
 
@@ -455,7 +455,7 @@ class StartRefusalCode(enum.StrEnum):
     SPAWN_FAILED = "SPAWN_FAILED"
 
 
-class StartAmbiguousCode(enum.StrEnum):
+class SpawnAmbiguousCode(enum.StrEnum):
     """Failures after the payload reached the wrapper: the command may have started."""
 
     PAYLOAD_WRITE_FAILED = "PAYLOAD_WRITE_FAILED"
@@ -463,29 +463,29 @@ class StartAmbiguousCode(enum.StrEnum):
     HANDSHAKE_BROKEN = "HANDSHAKE_BROKEN"
 
 
-class StartError(Exception):
+class SpawnError(Exception):
     """Base of the executor's start errors; `code` is stable and low-sensitivity."""
 
     code: str
 
-    def __init__(self, code: StartRefusalCode | StartAmbiguousCode) -> None:
+    def __init__(self, code: SpawnRefusalCode | SpawnAmbiguousCode) -> None:
         super().__init__(f"executor start: {type(self).__name__} ({code.value})")
         self.code = code.value
 
 
-class StartRefused(StartError):
+class SpawnRefused(SpawnError):
     """Explicit refusal: certainly nothing ran (write `start_failed`, §3.5)."""
 
-    def __init__(self, code: StartRefusalCode) -> None:
+    def __init__(self, code: SpawnRefusalCode) -> None:
         super().__init__(code)
         self.refusal = code
 
 
-class StartAmbiguous(StartError):
+class SpawnAmbiguous(SpawnError):
     """Not a refusal: the outcome is unknown (write `recovery_required(launch_outcome_unknown)`,
     §3.5 [decision]; never retried)."""
 
-    def __init__(self, code: StartAmbiguousCode) -> None:
+    def __init__(self, code: SpawnAmbiguousCode) -> None:
         super().__init__(code)
         self.ambiguity = code
 
@@ -544,27 +544,27 @@ def _resolve_executable(spec: LaunchSpec, search_path: str | None) -> str:
     """The absolute path the wrapper will exec, checked now so that a missing or non-executable
     command is an explicit refusal before any process exists.
 
-    :raises StartRefused: `EXECUTABLE_NOT_FOUND`, `EXECUTABLE_NOT_PERMITTED`, `CWD_INVALID`.
+    :raises SpawnRefused: `EXECUTABLE_NOT_FOUND`, `EXECUTABLE_NOT_PERMITTED`, `CWD_INVALID`.
     """
     if spec.cwd is not None and not os.path.isdir(spec.cwd):
-        raise StartRefused(StartRefusalCode.CWD_INVALID)
+        raise SpawnRefused(SpawnRefusalCode.CWD_INVALID)
     name = spec.argv[0]
     if "/" in name:
         candidate = os.path.join(spec.cwd or os.getcwd(), name)
     else:
         found = shutil.which(name, path=search_path)
         if found is None:
-            raise StartRefused(StartRefusalCode.EXECUTABLE_NOT_FOUND)
+            raise SpawnRefused(SpawnRefusalCode.EXECUTABLE_NOT_FOUND)
         candidate = found
     candidate = os.path.abspath(candidate)
     try:
         info = os.stat(candidate)
     except FileNotFoundError:
-        raise StartRefused(StartRefusalCode.EXECUTABLE_NOT_FOUND) from None
+        raise SpawnRefused(SpawnRefusalCode.EXECUTABLE_NOT_FOUND) from None
     except OSError:
-        raise StartRefused(StartRefusalCode.EXECUTABLE_NOT_PERMITTED) from None
+        raise SpawnRefused(SpawnRefusalCode.EXECUTABLE_NOT_PERMITTED) from None
     if not stat.S_ISREG(info.st_mode) or not os.access(candidate, os.X_OK):
-        raise StartRefused(StartRefusalCode.EXECUTABLE_NOT_PERMITTED)
+        raise SpawnRefused(SpawnRefusalCode.EXECUTABLE_NOT_PERMITTED)
     return candidate
 
 
@@ -590,12 +590,12 @@ def _read_handshake(fd: int, timeout_s: float) -> tuple[bytes, bool]:
 _WRAPPER_REFUSALS: Final = {
     code.value.encode("ascii"): code
     for code in (
-        StartRefusalCode.PAYLOAD_INVALID,
-        StartRefusalCode.RECEIPTS_DIRECTORY_INVALID,
-        StartRefusalCode.LOG_OPEN_FAILED,
-        StartRefusalCode.EXECUTABLE_NOT_FOUND,
-        StartRefusalCode.EXECUTABLE_NOT_PERMITTED,
-        StartRefusalCode.SPAWN_FAILED,
+        SpawnRefusalCode.PAYLOAD_INVALID,
+        SpawnRefusalCode.RECEIPTS_DIRECTORY_INVALID,
+        SpawnRefusalCode.LOG_OPEN_FAILED,
+        SpawnRefusalCode.EXECUTABLE_NOT_FOUND,
+        SpawnRefusalCode.EXECUTABLE_NOT_PERMITTED,
+        SpawnRefusalCode.SPAWN_FAILED,
     )
 }
 
@@ -648,8 +648,8 @@ class PosixExecutor:
     def start(self, spec: LaunchSpec) -> DurableHandle:
         """Start `spec` exactly once and return its durable handle (§3.5 step 8).
 
-        :raises StartRefused: the command certainly never ran.
-        :raises StartAmbiguous: the command may have started; do not retry.
+        :raises SpawnRefused: the command certainly never ran.
+        :raises SpawnAmbiguous: the command may have started; do not retry.
         """
         self.reap()
         env = self._env if self._env is not None else dict(os.environ)
@@ -657,10 +657,10 @@ class PosixExecutor:
         try:
             self._receipts.check_directory()
         except ReceiptStoreError:
-            raise StartRefused(StartRefusalCode.RECEIPTS_DIRECTORY_INVALID) from None
+            raise SpawnRefused(SpawnRefusalCode.RECEIPTS_DIRECTORY_INVALID) from None
         boot_id = self._proc.boot_id()
         if boot_id is None:
-            raise StartRefused(StartRefusalCode.PLATFORM_UNSUPPORTED)
+            raise SpawnRefused(SpawnRefusalCode.PLATFORM_UNSUPPORTED)
         try:
             payload = encode_payload(
                 WrapperPayload(
@@ -677,7 +677,7 @@ class PosixExecutor:
                 )
             )
         except PayloadError:
-            raise StartRefused(StartRefusalCode.PAYLOAD_INVALID) from None
+            raise SpawnRefused(SpawnRefusalCode.PAYLOAD_INVALID) from None
         process = self._spawn_wrapper(env)
         try:
             return self._launch(process, payload, boot_id, spec.executor_started_at_ms)
@@ -702,7 +702,7 @@ class PosixExecutor:
             )
         except OSError:
             # Popen raises only when the wrapper could not be forked or exec'd: nothing ran.
-            raise StartRefused(StartRefusalCode.WRAPPER_SPAWN_FAILED) from None
+            raise SpawnRefused(SpawnRefusalCode.WRAPPER_SPAWN_FAILED) from None
 
     def _launch(
         self,
@@ -722,14 +722,14 @@ class PosixExecutor:
             found = None
         if found is None:
             self._abandon(process)
-            raise StartRefused(StartRefusalCode.IDENTITY_UNREADABLE)
+            raise SpawnRefused(SpawnRefusalCode.IDENTITY_UNREADABLE)
         handle = DurableHandle(boot_id, process.pid, found.start_ticks, started_at_ms)
         try:
             process.stdin.write(payload)
             process.stdin.close()
         except OSError:
             self._abandon(process)
-            raise StartAmbiguous(StartAmbiguousCode.PAYLOAD_WRITE_FAILED) from None
+            raise SpawnAmbiguous(SpawnAmbiguousCode.PAYLOAD_WRITE_FAILED) from None
         line, timed_out = _read_handshake(process.stdout.fileno(), self._handshake_timeout_s)
         if line == HANDSHAKE_STARTED:
             self._children[process.pid] = process
@@ -742,16 +742,16 @@ class PosixExecutor:
                 process.wait(timeout=self._handshake_timeout_s)
             except subprocess.TimeoutExpired:
                 self._abandon(process)
-            raise StartRefused(refusal)
+            raise SpawnRefused(refusal)
         # No trustworthy answer: the command may run. Nobody will ever hold a handle for it, so
         # end the whole group we own (EX-7); the outcome stays unknown.
         self._abandon(process)
         if timed_out:
-            raise StartAmbiguous(StartAmbiguousCode.HANDSHAKE_TIMEOUT)
-        raise StartAmbiguous(StartAmbiguousCode.HANDSHAKE_BROKEN)
+            raise SpawnAmbiguous(SpawnAmbiguousCode.HANDSHAKE_TIMEOUT)
+        raise SpawnAmbiguous(SpawnAmbiguousCode.HANDSHAKE_BROKEN)
 
     @staticmethod
-    def _refusal(line: bytes) -> StartRefusalCode | None:
+    def _refusal(line: bytes) -> SpawnRefusalCode | None:
         prefix = HANDSHAKE_REFUSED + b" "
         if not line.startswith(prefix):
             return None

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import IO, Final
 
-from kernel.identity import PORTABLE_ID_RE, Secret
+from kernel import PORTABLE_ID_RE, Secret
 from runners.worker.posix.receipts import (
     CompletionReceiptStore,
     Receipt,

@@ -46,16 +46,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from kernel.commands import LocalReceipt
-from kernel.identity import (
+from kernel import (
     PORTABLE_ID_RE,
+    LocalReceipt,
     Secret,
     digests_equal,
     is_sha256_hex,
     token_digest,
 )
-from kernel.specs.states import CompletionOutcome
-from kernel.worker.reconciler import ReceiptCheck
+from kernel.specs import CompletionOutcome
+from kernel.worker import ReceiptCheck
 
 __all__ = [
     "RECEIPT_MAX_BYTES",

@@ -1,176 +1,175 @@
-"""The literal transition tables are the whole legal surface (ARCHITECTURE rule 2).
+"""The `Table` type (`kernel/specs/table.py`) and the shape of the Run-side tables.
 
-A breadth-first exploration from nothing, through the kernel only, tries a fixed command menu in
-every reachable state (depth 6, two clock steps). From it: every edge of every table is
-exercised; every applied change is an edge; every (status, command) pair absent from the Run
-table was tried and refused with the state unchanged; and every explored state satisfies the
-invariants (an exhaustive small-scope check).
+Whether the real code obeys each table, edge by edge and missing pair by missing pair, is
+`tests/test_state_tables.py`; here: what a `Table` answers, what it refuses to be built from,
+and the facts of the Run, Attempt and lease tables that read straight off the SPEC.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import enum
+from typing import Any
 
 import pytest
 
-from kernel import (
-    AdmitRun,
-    Applied,
-    AttemptStatus,
-    LostRetryStep,
-    RunAggregate,
-    RunStatus,
-    admit_run,
-    check_invariants,
-    lost_retry_step,
-)
-from kernel.outcomes import Rejected
-from kernel.specs.codes import Code
-from kernel.specs.tables import (
-    ATTEMPT_TRANSITIONS,
-    LEASE_TRANSITIONS,
-    RUN_INITIAL,
-    RUN_TRANSITIONS,
-)
-from kernel.transitions.transaction import Tx
-from tests.support.explore import Exploration, enumerate_commands, explore
-
-DEPTH = 6
-
-Edge = tuple[str, str, str]
+from kernel.specs.states import AttemptStatus, LeaseStatus, RunStatus
+from kernel.specs.table import NONE_LABEL, Edge, Table
+from kernel.specs.tables import ATTEMPT_TABLE, LEASE_TABLE, RUN_TABLE, CommandName
 
 
-@pytest.fixture(scope="module")
-def exploration() -> Exploration:
-    return explore(DEPTH)
+class Door(enum.StrEnum):
+    OPEN = "open"
+    SHUT = "shut"
+    LOCKED = "locked"
 
 
-def _observed(exploration: Exploration) -> tuple[set[Edge], set[Edge], set[Edge]]:
-    runs: set[Edge] = set()
-    attempts: set[Edge] = set()
-    leases: set[Edge] = set()
-    for before, command, _at, outcome in exploration.edges:
-        if not isinstance(outcome, Applied) or before is None:
-            continue
-        after = outcome.aggregate
-        runs.add((before.run.status, command.name, after.run.status))
-        latest = before.latest_attempt
-        if latest is not None:
-            now = after.attempt(latest.attempt_id)
-            assert now is not None
-            attempts.add((latest.status, command.name, now.status))
-        for lease in before.leases:
-            changed = after.lease(lease.attempt_id, lease.lease_generation)
-            assert changed is not None
-            if changed != lease:
-                leases.add((lease.status, command.name, changed.status))
-    return runs, attempts, leases
+class Push(enum.StrEnum):
+    OPEN = "open"
+    CLOSE = "close"
+    LOCK = "lock"
+    BREAK = "break"
 
 
-def _edges(table: object) -> set[Edge]:
-    assert isinstance(table, type(RUN_TRANSITIONS))
-    return {(f, c, t) for (f, c), targets in table.items() for t in targets}
+# fmt: off
+DOOR = Table.of("Door", Door, Push, {
+    None: {
+        Push.CLOSE:  Door.SHUT,                 # built shut
+    },
+    Door.OPEN: {
+        Push.CLOSE:  Door.SHUT,
+        Push.BREAK:  None,                      # deletion
+    },
+    Door.SHUT: {
+        Push.OPEN:   Door.OPEN,
+        Push.LOCK:   {Door.LOCKED, Door.SHUT},  # the bolt may not catch
+    },
+    Door.LOCKED: {},
+})
+# fmt: on
 
 
-# Reachable only from stored data: a policy is immutable after admission, so a `retry_wait`
-# Run always passed R1..R3 when it was scheduled. R1..R3 still apply to it (SPEC §1.8.1 clears
-# the cursor "on R1..R3"), e.g. for a row written by an older version; see the directed test.
-FROM_STORED_DATA = {(RunStatus.RETRY_WAIT, "lost_retry_step", RunStatus.FAILED)}
+def test_lookup_and_allows_read_the_rows() -> None:
+    assert DOOR.lookup(Door.SHUT, Push.LOCK) == frozenset({Door.LOCKED, Door.SHUT})
+    assert DOOR.lookup(Door.OPEN, Push.BREAK) == frozenset({None})
+    assert DOOR.lookup(None, Push.CLOSE) == frozenset({Door.SHUT})
+    assert DOOR.lookup(Door.LOCKED, Push.OPEN) is None
+    assert DOOR.allows(Door.SHUT, Push.LOCK, Door.SHUT)
+    assert not DOOR.allows(Door.SHUT, Push.LOCK, Door.OPEN)
+    assert not DOOR.allows(Door.LOCKED, Push.OPEN, Door.OPEN)
+    assert DOOR.allows(Door.OPEN, Push.BREAK, None)
 
 
-def test_every_table_edge_is_exercised(exploration: Exploration) -> None:
-    """Each edge of the Run, Attempt and lease tables is taken by some reachable step, and no
-    applied step takes a change that is not an edge."""
-    runs, attempts, leases = _observed(exploration)
-    assert _edges(RUN_TRANSITIONS) - runs == FROM_STORED_DATA
-    assert runs <= _edges(RUN_TRANSITIONS)
-    assert _edges(ATTEMPT_TRANSITIONS) == attempts
-    assert _edges(LEASE_TRANSITIONS) == leases
-    created = {
-        o.aggregate.run.status
-        for b, _c, _t, o in exploration.edges
-        if b is None and isinstance(o, Applied)
+def test_successor_is_the_one_target_or_none() -> None:
+    assert DOOR.successor(Door.OPEN, Push.CLOSE) is Door.SHUT
+    assert DOOR.successor(Door.LOCKED, Push.OPEN) is None
+    with pytest.raises(ValueError, match="2 targets"):
+        DOOR.successor(Door.SHUT, Push.LOCK)
+    with pytest.raises(ValueError, match="deletes"):
+        DOOR.successor(Door.OPEN, Push.BREAK)
+
+
+def test_edges_creation_deletion_and_order() -> None:
+    """One edge per (row, target), rows in literal order, targets in enum order."""
+    assert DOOR.edges() == (
+        Edge(None, Push.CLOSE, Door.SHUT),
+        Edge(Door.OPEN, Push.CLOSE, Door.SHUT),
+        Edge(Door.OPEN, Push.BREAK, None),
+        Edge(Door.SHUT, Push.OPEN, Door.OPEN),
+        Edge(Door.SHUT, Push.LOCK, Door.SHUT),
+        Edge(Door.SHUT, Push.LOCK, Door.LOCKED),
+    )
+    assert DOOR.sources == (None, Door.OPEN, Door.SHUT, Door.LOCKED)
+
+
+def test_missing_pairs_are_every_declared_pair_not_a_row() -> None:
+    missing = DOOR.missing()
+    assert len(missing) == len(DOOR.sources) * len(Push) - len(DOOR.rows)
+    assert (None, Push.OPEN) in missing  # nothing but `close` creates a door
+    assert (Door.LOCKED, Push.OPEN) in missing
+    assert not set(missing) & set(DOOR.rows)
+    assert missing[0] == (None, Push.OPEN)  # sources, then triggers, in declaration order
+
+
+def test_a_table_without_creation_rows_has_no_none_source() -> None:
+    plain = Table.of("Plain", Door, Push, {Door.OPEN: {Push.CLOSE: Door.SHUT}})
+    assert plain.sources == tuple(Door)
+    assert all(source is not None for source, _trigger in plain.missing())
+
+
+def test_mermaid_groups_triggers_per_arrow() -> None:
+    assert DOOR.mermaid().splitlines() == [
+        "stateDiagram-v2",
+        f"    {NONE_LABEL} --> shut: close",
+        f"    open --> {NONE_LABEL}: break",
+        "    open --> shut: close",
+        "    shut --> locked: lock",
+        "    shut --> open: open",
+        "    shut --> shut: lock",
+    ]
+
+
+def test_a_literal_outside_the_declared_enums_is_refused() -> None:
+    """mypy refuses these literals too; `Table.of` checks again at import, for data that
+    reaches it untyped."""
+    bad: list[tuple[str, Any]] = [
+        ("source", {Push.OPEN: {Push.OPEN: Door.OPEN}}),
+        ("trigger", {Door.OPEN: {Door.SHUT: Door.OPEN}}),
+        ("unknown state", {Door.OPEN: {Push.OPEN: Push.LOCK}}),
+        ("no target", {Door.OPEN: {Push.OPEN: set()}}),
+    ]
+    for message, literal in bad:
+        with pytest.raises(ValueError, match=message):
+            Table.of("Bad", Door, Push, literal)
+
+
+def test_tables_are_read_only() -> None:
+    with pytest.raises(TypeError):
+        RUN_TABLE.rows[(RunStatus.SUCCEEDED, CommandName.ADMIT_RUN)] = frozenset()  # type: ignore[index]
+
+
+# -- the Run-side tables -------------------------------------------------------------------------
+def test_final_statuses_have_no_way_out() -> None:
+    """§1.4: a terminal Run, Attempt or lease never changes again (RUN-08 for Attempts)."""
+    finals: dict[str, set[Any]] = {
+        RUN_TABLE.name: {
+            RunStatus.SUCCEEDED,
+            RunStatus.FAILED,
+            RunStatus.CANCELLED,
+            RunStatus.TIMED_OUT,
+        },
+        ATTEMPT_TABLE.name: {
+            AttemptStatus.SUCCEEDED,
+            AttemptStatus.FAILED,
+            AttemptStatus.CANCELLED,
+            AttemptStatus.TIMED_OUT,
+        },
+        LEASE_TABLE.name: {LeaseStatus.COMPLETED, LeaseStatus.RELEASED},
     }
-    assert created == set(RUN_INITIAL.values())
+    for table in (RUN_TABLE, ATTEMPT_TABLE, LEASE_TABLE):
+        assert {s for s, _t in table.rows if s is not None} & finals[table.name] == set()
+        assert finals[table.name] <= set(table.states)
 
 
-def test_retry_wait_fails_closed_on_a_stored_disabled_policy(exploration: Exploration) -> None:
-    """The one edge only stored data reaches: `retry_wait` + R1 -> `failed`, cursor cleared."""
-    waiting = next(
-        o.aggregate
-        for _b, _c, _t, o in exploration.edges
-        if isinstance(o, Applied) and o.aggregate.run.status is RunStatus.RETRY_WAIT
-    )
-    assert waiting.policy is not None
-    disabled = dataclasses.replace(waiting.policy, retry_on_lost=False)
-    stored = dataclasses.replace(waiting, policy=disabled)
-    command = LostRetryStep(run_id=waiting.run.run_id, new_attempt_id="a9")
-    result = lost_retry_step(stored, command, waiting.run.updated_at_ms + 1)
-    assert isinstance(result, Applied)
-    assert result.code is Code.FAILED_DISABLED
-    assert result.aggregate.run.status is RunStatus.FAILED
-    assert result.aggregate.policy is not None
-    assert result.aggregate.policy.next_attempt_at_ms is None
-
-
-@pytest.mark.spec("RUN-05")
-def test_every_pair_missing_from_the_run_table_is_refused(exploration: Exploration) -> None:
-    """For every reachable Run status, every command of the menu whose (status, command) pair is
-    not in the table was tried, and none was applied: the state is unchanged."""
-    menu = {c.name for c in enumerate_commands(_any_state(exploration))}
-    statuses = {b.run.status for b, _c, _t, _o in exploration.edges if b is not None}
-    tried: set[tuple[RunStatus, str]] = set()
-    for before, command, _at, outcome in exploration.edges:
-        if before is None:
-            continue
-        pair = (before.run.status, command.name)
-        if pair in RUN_TRANSITIONS:
-            continue
-        tried.add(pair)
-        assert not isinstance(outcome, Applied), pair
-    absent = {(s, name) for s in statuses for name in menu if (s, name) not in RUN_TRANSITIONS}
-    assert absent <= tried | {(s, n) for s, n in absent if n in RUN_INITIAL}
-    assert len(tried) > 100
-
-
-def _any_state(exploration: Exploration) -> RunAggregate:
-    for before, _c, _t, _o in exploration.edges:
-        if before is not None and before.leases:
-            return before
-    raise AssertionError("no state with a lease was reached")
-
-
-@pytest.mark.spec("RUN-01")
-def test_exhaustive_small_scope_keeps_every_invariant(exploration: Exploration) -> None:
-    """Exhaustive small scope: every state reachable within the depth (one Run, its Workers, a
-    bounded clock) satisfies I-1..I-9; the count is printed for the record."""
-    states = {o.aggregate for _b, _c, _t, o in exploration.edges if isinstance(o, Applied)}
-    for state in states:
-        assert check_invariants(state) == [], state.run.status
-    print(f"exhaustive small scope: depth {DEPTH}, {len(states)} distinct aggregates")
-    assert exploration.states > 1_000
-
-
-def test_an_illegal_move_fails_closed() -> None:
-    """The transaction builder consults the tables: a change that is not an edge for the command
-    is refused as INVALID_TRANSITION, never applied."""
-    admitted = admit_run(
-        None,
-        AdmitRun(
-            run_id="r1",
-            attempt_id="a1",
-            project_id="p",
-            task_id="t",
-            task_revision=1,
-            executor_type="shell",
-        ),
-        1_000,
-    )
-    assert isinstance(admitted, Applied)
-    tx = Tx.begin(admitted.aggregate, "renew_lease", 2_000)
-    tx.set_run(status=RunStatus.SUCCEEDED)
-    assert tx.commit() == Rejected(Code.INVALID_TRANSITION)
-    tx = Tx.begin(admitted.aggregate, "grant_lease", 2_000)
-    tx.set_attempt("a1", status=AttemptStatus.RUNNING)
-    tx.set_run(status=RunStatus.DISPATCHING)
-    assert tx.commit() == Rejected(Code.INVALID_TRANSITION)
+def test_creation_rows() -> None:
+    """A-5, B-07, R5, T1: what creates a Run, an Attempt and a lease, and in which status."""
+    created = {
+        table.name: {(edge.trigger, edge.target) for edge in table.edges() if edge.source is None}
+        for table in (RUN_TABLE, ATTEMPT_TABLE, LEASE_TABLE)
+    }
+    assert created == {
+        "Run": {
+            (CommandName.ADMIT_RUN, RunStatus.QUEUED),
+            (CommandName.CREATE_RUN, RunStatus.CREATED),
+        },
+        "Attempt": {
+            (CommandName.ADMIT_RUN, AttemptStatus.CLAIMED),
+            (CommandName.LOST_RETRY_STEP, AttemptStatus.CLAIMED),
+        },
+        "Run dispatch lease": {(CommandName.GRANT_LEASE, LeaseStatus.LEASED)},
+    }
+    assert not [
+        edge
+        for table in (RUN_TABLE, ATTEMPT_TABLE, LEASE_TABLE)
+        for edge in table.edges()
+        if edge.target is None
+    ]

@@ -15,6 +15,8 @@ from kernel.contracts import step_violations
 from kernel.specs.states import FINAL_ATTEMPT_STATUSES, AttemptStatus
 from tests.support.sim import Sim, advance_clock, draw_command
 
+pytestmark = pytest.mark.slow  # 150 random walks of 40 steps each, about 4 s per test
+
 STEPS = 40
 
 

@@ -163,6 +163,7 @@ def _check_recovery_effects(before: RunAggregate, outcome: Applied, now: int) ->
             assert attempt.finished_at_ms == now
 
 
+@pytest.mark.slow  # about 4 s
 @pytest.mark.spec("REC-10", "REC-11")
 @given(st.data())
 def test_recovery_never_creates_attempts_and_is_idempotent(data: st.DataObject) -> None:

@@ -18,9 +18,9 @@ from kernel.specs.journal import JournalState
 from kernel.specs.states import CompletionOutcome
 from kernel.worker.coordinator import (
     CompletionSubmission,
-    CoordinatorResult,
+    CoordinatorOutcome,
     DeleteReceipt,
-    Finish,
+    FinishRecovery,
     WriteJournal,
     after_journal_write,
     after_receipt_delete,
@@ -38,7 +38,7 @@ from kernel.worker.journal import (
 )
 from kernel.worker.reconciler import (
     CompletionObserved,
-    Inspection,
+    HandleInspection,
     ReceiptCheck,
     ReceiptFacts,
     RunningObserved,
@@ -73,13 +73,17 @@ def test_submit_then_journal_then_receipt_and_failures_never_go_back() -> None:
     assert sent.expected_version == record.offer.lease.version  # the journal's own version
     step = after_submission(Code.COMPLETED, sent)
     assert step == WriteJournal(CompletionAcknowledged(1))
-    assert after_journal_write(False, "r1-a1") == Finish(CoordinatorResult.JOURNAL_WRITE_FAILED)
+    assert after_journal_write(False, "r1-a1") == FinishRecovery(
+        CoordinatorOutcome.JOURNAL_WRITE_FAILED
+    )
     assert after_journal_write(True, "r1-a1") == DeleteReceipt("r1-a1")
-    assert after_receipt_delete(True) == Finish(CoordinatorResult.COMPLETED)
-    assert after_receipt_delete(False) == Finish(CoordinatorResult.COMPLETED_CLEANUP_PENDING)
+    assert after_receipt_delete(True) == FinishRecovery(CoordinatorOutcome.COMPLETED)
+    assert after_receipt_delete(False) == FinishRecovery(
+        CoordinatorOutcome.COMPLETED_CLEANUP_PENDING
+    )
     assert after_submission(Code.ALREADY_TERMINAL, sent) == step  # the resubmission
-    assert after_submission(Code.LEASE_TOKEN_MISMATCH, sent) == Finish(
-        CoordinatorResult.SUBMISSION_REJECTED, Code.LEASE_TOKEN_MISMATCH
+    assert after_submission(Code.LEASE_TOKEN_MISMATCH, sent) == FinishRecovery(
+        CoordinatorOutcome.SUBMISSION_REJECTED, Code.LEASE_TOKEN_MISMATCH
     )
     assert "lease-token" not in repr(sent)
 
@@ -87,18 +91,18 @@ def test_submit_then_journal_then_receipt_and_failures_never_go_back() -> None:
 def test_a_changed_revision_is_raced_and_only_a_ready_completion_is_submitted() -> None:
     record = _at(4)
     newer = dataclasses.replace(record, revision=record.revision + 1)
-    assert plan_completion(record, newer, CompletionObserved(FACTS), READY) == Finish(
-        CoordinatorResult.RACED
+    assert plan_completion(record, newer, CompletionObserved(FACTS), READY) == FinishRecovery(
+        CoordinatorOutcome.RACED
     )
-    assert plan_completion(record, None, CompletionObserved(FACTS), READY) == Finish(
-        CoordinatorResult.RACED
+    assert plan_completion(record, None, CompletionObserved(FACTS), READY) == FinishRecovery(
+        CoordinatorOutcome.RACED
     )
     blocked = Submission(False, Code.SESSION_FENCED)
-    assert plan_completion(record, record, CompletionObserved(FACTS), blocked) == Finish(
-        CoordinatorResult.BLOCKED, Code.SESSION_FENCED
+    assert plan_completion(record, record, CompletionObserved(FACTS), blocked) == FinishRecovery(
+        CoordinatorOutcome.BLOCKED, Code.SESSION_FENCED
     )
-    assert plan_completion(record, record, RunningObserved(), None) == Finish(
-        CoordinatorResult.BLOCKED
+    assert plan_completion(record, record, RunningObserved(), None) == FinishRecovery(
+        CoordinatorOutcome.BLOCKED
     )
 
 
@@ -146,7 +150,7 @@ def test_a_committed_completion_replayed_after_a_crash_converges_and_altered_is_
     altered = dataclasses.replace(sent, exit_code=3, outcome=CompletionOutcome.FAILED)
     refused = apply(first.aggregate, command(altered), T0 + 2_000)
     assert not isinstance(refused, Applied)
-    assert isinstance(after_submission(refused.code, altered), Finish)
+    assert isinstance(after_submission(refused.code, altered), FinishRecovery)
 
 
 @pytest.mark.spec("INBOX-36")
@@ -154,18 +158,27 @@ def test_running_ack_recovery_conditions_and_outcomes() -> None:
     """INBOX-36: only `started` + current + running identity + no receipt; a terminal control
     plane -> `recovery_required(control_plane_terminal)`; a version mismatch -> nothing."""
     started = _at(3)
-    ok = (ReceiptCheck.ABSENT, Inspection.RUNNING, Code.CURRENT)
+    ok = (ReceiptCheck.ABSENT, HandleInspection.RUNNING, Code.CURRENT)
     assert running_ack_eligible(started, *ok)
     assert not running_ack_eligible(_at(4), *ok)
-    assert not running_ack_eligible(started, ReceiptCheck.VALID, Inspection.RUNNING, Code.CURRENT)
-    assert not running_ack_eligible(started, ReceiptCheck.ABSENT, Inspection.EXITED, Code.CURRENT)
     assert not running_ack_eligible(
-        started, ReceiptCheck.ABSENT, Inspection.RUNNING, Code.SESSION_FENCED
+        started, ReceiptCheck.VALID, HandleInspection.RUNNING, Code.CURRENT
     )
-    assert after_running_ack(Code.APPLIED) == WriteJournal(RunningAcknowledged())
-    assert after_running_ack(Code.ALREADY_RUNNING) == WriteJournal(RunningAcknowledged())
-    assert after_running_ack(Code.ALREADY_TERMINAL) == WriteJournal(ControlPlaneTerminal())
-    assert after_running_ack(Code.LEASE_VERSION_MISMATCH) is None
+    assert not running_ack_eligible(
+        started, ReceiptCheck.ABSENT, HandleInspection.EXITED, Code.CURRENT
+    )
+    assert not running_ack_eligible(
+        started, ReceiptCheck.ABSENT, HandleInspection.RUNNING, Code.SESSION_FENCED
+    )
+    acknowledged = WriteJournal(RunningAcknowledged(), CoordinatorOutcome.RUNNING_ACKNOWLEDGED)
+    assert after_running_ack(Code.APPLIED) == acknowledged
+    assert after_running_ack(Code.ALREADY_RUNNING) == acknowledged
+    assert after_running_ack(Code.ALREADY_TERMINAL) == WriteJournal(
+        ControlPlaneTerminal(), CoordinatorOutcome.CONTROL_PLANE_TERMINAL
+    )
+    assert after_running_ack(Code.LEASE_VERSION_MISMATCH) == FinishRecovery(
+        CoordinatorOutcome.WAITING_FOR_AUTHORITY, Code.LEASE_VERSION_MISMATCH
+    )
     terminal = journal_step(started, ControlPlaneTerminal(), T0 + 50)
     assert isinstance(terminal, JournalApplied)
     assert terminal.record is not None

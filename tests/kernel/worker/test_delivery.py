@@ -14,14 +14,14 @@ from kernel.outcomes import Rejected
 from kernel.specs.codes import Code
 from kernel.specs.journal import DeliveryKind, JournalState, ReplayAction
 from kernel.specs.states import LeaseStatus, WorkerSessionStatus
-from kernel.worker.journal import JournalApplied, LeaseVersionAdvanced, journal_step
-from kernel.worker.receiver import (
+from kernel.worker.delivery import (
     Accept,
     Continue,
     DeliveryDecision,
     Merge,
     decide_delivery,
 )
+from kernel.worker.journal import JournalApplied, LeaseVersionAdvanced, journal_step
 from kernel.worker.record import JournalRecord, OfferCandidate
 from tests.support.journal_fixtures import PIPELINE, T0, accepted, lease, offer, spec
 

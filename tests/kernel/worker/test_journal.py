@@ -15,11 +15,12 @@ from kernel.specs.codes import Code
 from kernel.specs.journal import (
     AUDIT_CLASSIFICATION,
     FINAL_STATES,
+    JOURNAL_TABLE,
     LEASE_LOST_REASONS,
     MAY_SPAWN,
     REPLAY,
     RETENTION_ELIGIBLE,
-    TRANSITIONS,
+    TRIGGER_REASONS,
     AuditClass,
     DeliveryKind,
     JournalState,
@@ -58,53 +59,101 @@ from tests.support.journal_fixtures import (
     offer,
 )
 
-S = JournalState
-T = JournalTrigger
-R = RecoveryReason
-
 # §3.6 as the SPEC writes it, row by row (source states, trigger, target, reasons).
-SPEC_ROWS: list[tuple[tuple[S | None, ...], T, S | None, frozenset[R]]] = [
-    ((None,), T.DELIVERY_ACCEPTED, S.ACCEPTED, frozenset()),
-    ((S.ACCEPTED,), T.STARTING_ACKNOWLEDGED, S.STARTING_ACKNOWLEDGED, frozenset()),
+SPEC_ROWS: list[
+    tuple[
+        tuple[JournalState | None, ...],
+        JournalTrigger,
+        JournalState | None,
+        frozenset[RecoveryReason],
+    ]
+] = [
+    ((None,), JournalTrigger.DELIVERY_ACCEPTED, JournalState.ACCEPTED, frozenset()),
     (
-        (S.ACCEPTED,),
-        T.CONTROL_PLANE_ALREADY_RUNNING,
-        S.RECOVERY_REQUIRED,
-        frozenset({R.CONTROL_PLANE_ALREADY_RUNNING}),
-    ),
-    (
-        (S.ACCEPTED, S.STARTED),
-        T.CONTROL_PLANE_TERMINAL,
-        S.RECOVERY_REQUIRED,
-        frozenset({R.CONTROL_PLANE_TERMINAL}),
-    ),
-    ((S.STARTING_ACKNOWLEDGED,), T.PREPARE_SUCCEEDED, S.LAUNCHING, frozenset()),
-    ((S.STARTING_ACKNOWLEDGED,), T.PREPARE_FAILED, S.START_FAILED, frozenset()),
-    ((S.LAUNCHING,), T.HANDLE_RETURNED, S.STARTED, frozenset()),
-    ((S.LAUNCHING,), T.START_REFUSED, S.START_FAILED, frozenset()),
-    (
-        (S.LAUNCHING,),
-        T.LAUNCH_OUTCOME_UNKNOWN,
-        S.RECOVERY_REQUIRED,
-        frozenset({R.LAUNCH_OUTCOME_UNKNOWN}),
-    ),
-    ((S.STARTED,), T.RUNNING_ACKNOWLEDGED, S.RUNNING_ACKNOWLEDGED, frozenset()),
-    ((S.START_FAILED,), T.FAIL_START_ACKNOWLEDGED, S.START_FAILURE_ACKNOWLEDGED, frozenset()),
-    (
-        (S.LAUNCHING, S.STARTED, S.RUNNING_ACKNOWLEDGED, S.RECOVERY_REQUIRED),
-        T.COMPLETION_ACKNOWLEDGED,
-        S.COMPLETION_ACKNOWLEDGED,
+        (JournalState.ACCEPTED,),
+        JournalTrigger.STARTING_ACKNOWLEDGED,
+        JournalState.STARTING_ACKNOWLEDGED,
         frozenset(),
     ),
     (
-        (S.LAUNCHING, S.STARTED, S.RUNNING_ACKNOWLEDGED, S.RECOVERY_REQUIRED),
-        T.LEASE_LOST,
-        S.RECOVERY_REQUIRED,
-        frozenset({R.LEASE_LOST_LOCAL_EXECUTION_STOPPED, R.LEASE_LOST_LOCAL_EXECUTION_UNVERIFIED}),
+        (JournalState.ACCEPTED,),
+        JournalTrigger.CONTROL_PLANE_ALREADY_RUNNING,
+        JournalState.RECOVERY_REQUIRED,
+        frozenset({RecoveryReason.CONTROL_PLANE_ALREADY_RUNNING}),
     ),
     (
-        (S.COMPLETION_ACKNOWLEDGED, S.START_FAILURE_ACKNOWLEDGED),
-        T.RETENTION_DELETE,
+        (JournalState.ACCEPTED, JournalState.STARTED),
+        JournalTrigger.CONTROL_PLANE_TERMINAL,
+        JournalState.RECOVERY_REQUIRED,
+        frozenset({RecoveryReason.CONTROL_PLANE_TERMINAL}),
+    ),
+    (
+        (JournalState.STARTING_ACKNOWLEDGED,),
+        JournalTrigger.PREPARE_SUCCEEDED,
+        JournalState.LAUNCHING,
+        frozenset(),
+    ),
+    (
+        (JournalState.STARTING_ACKNOWLEDGED,),
+        JournalTrigger.PREPARE_FAILED,
+        JournalState.START_FAILED,
+        frozenset(),
+    ),
+    ((JournalState.LAUNCHING,), JournalTrigger.HANDLE_RETURNED, JournalState.STARTED, frozenset()),
+    (
+        (JournalState.LAUNCHING,),
+        JournalTrigger.START_REFUSED,
+        JournalState.START_FAILED,
+        frozenset(),
+    ),
+    (
+        (JournalState.LAUNCHING,),
+        JournalTrigger.LAUNCH_OUTCOME_UNKNOWN,
+        JournalState.RECOVERY_REQUIRED,
+        frozenset({RecoveryReason.LAUNCH_OUTCOME_UNKNOWN}),
+    ),
+    (
+        (JournalState.STARTED,),
+        JournalTrigger.RUNNING_ACKNOWLEDGED,
+        JournalState.RUNNING_ACKNOWLEDGED,
+        frozenset(),
+    ),
+    (
+        (JournalState.START_FAILED,),
+        JournalTrigger.FAIL_START_ACKNOWLEDGED,
+        JournalState.START_FAILURE_ACKNOWLEDGED,
+        frozenset(),
+    ),
+    (
+        (
+            JournalState.LAUNCHING,
+            JournalState.STARTED,
+            JournalState.RUNNING_ACKNOWLEDGED,
+            JournalState.RECOVERY_REQUIRED,
+        ),
+        JournalTrigger.COMPLETION_ACKNOWLEDGED,
+        JournalState.COMPLETION_ACKNOWLEDGED,
+        frozenset(),
+    ),
+    (
+        (
+            JournalState.LAUNCHING,
+            JournalState.STARTED,
+            JournalState.RUNNING_ACKNOWLEDGED,
+            JournalState.RECOVERY_REQUIRED,
+        ),
+        JournalTrigger.LEASE_LOST,
+        JournalState.RECOVERY_REQUIRED,
+        frozenset(
+            {
+                RecoveryReason.LEASE_LOST_LOCAL_EXECUTION_STOPPED,
+                RecoveryReason.LEASE_LOST_LOCAL_EXECUTION_UNVERIFIED,
+            }
+        ),
+    ),
+    (
+        (JournalState.COMPLETION_ACKNOWLEDGED, JournalState.START_FAILURE_ACKNOWLEDGED),
+        JournalTrigger.RETENTION_DELETE,
         None,
         frozenset(),
     ),
@@ -115,33 +164,43 @@ SPEC_ROWS: list[tuple[tuple[S | None, ...], T, S | None, frozenset[R]]] = [
 def test_the_transition_table_is_the_spec_table() -> None:
     """INBOX-01 (the data): the table holds exactly the rows of §3.6, plus "any non-final
     state keeps its state when the lease version advances"."""
-    expected: dict[tuple[S | None, T], tuple[S | None, frozenset[R], bool]] = {}
+    expected: dict[
+        tuple[JournalState | None, JournalTrigger],
+        tuple[JournalState | None, frozenset[RecoveryReason]],
+    ] = {}
     for sources, trigger, target, reasons in SPEC_ROWS:
         for source in sources:
-            expected[(source, trigger)] = (target, reasons, False)
-    for state in S:
+            expected[(source, trigger)] = (target, reasons)
+    for state in JournalState:
         if state not in FINAL_STATES:
-            expected[(state, T.LEASE_VERSION_ADVANCED)] = (None, frozenset(), True)
-    actual = {k: (v.state, v.reasons, v.keep) for k, v in TRANSITIONS.items()}
+            expected[(state, JournalTrigger.LEASE_VERSION_ADVANCED)] = (state, frozenset())
+    actual = {
+        (edge.source, edge.trigger): (edge.target, TRIGGER_REASONS.get(edge.trigger, frozenset()))
+        for edge in JOURNAL_TABLE.edges()
+    }
     assert actual == expected
-    assert {S.START_FAILURE_ACKNOWLEDGED, S.COMPLETION_ACKNOWLEDGED} == FINAL_STATES
+    assert len(JOURNAL_TABLE.edges()) == len(expected)  # one target per row
+    assert {
+        JournalState.START_FAILURE_ACKNOWLEDGED,
+        JournalState.COMPLETION_ACKNOWLEDGED,
+    } == FINAL_STATES
 
 
 @pytest.mark.spec("INBOX-25")
 def test_every_state_and_reason_is_classified_as_u4() -> None:
     """INBOX-25: U-4, one class per state, the same for every recovery reason."""
     assert dict(AUDIT_CLASSIFICATION) == {
-        S.ACCEPTED: AuditClass.NO_LOCAL_EXECUTION,
-        S.STARTING_ACKNOWLEDGED: AuditClass.NO_LOCAL_EXECUTION,
-        S.START_FAILED: AuditClass.NO_LOCAL_EXECUTION,
-        S.START_FAILURE_ACKNOWLEDGED: AuditClass.SETTLED_START_FAILURE,
-        S.COMPLETION_ACKNOWLEDGED: AuditClass.SETTLED_COMPLETION,
-        S.LAUNCHING: AuditClass.LAUNCH_RECONCILIATION,
-        S.RECOVERY_REQUIRED: AuditClass.LAUNCH_RECONCILIATION,
-        S.STARTED: AuditClass.EXECUTION_RECONCILIATION,
-        S.RUNNING_ACKNOWLEDGED: AuditClass.EXECUTION_RECONCILIATION,
+        JournalState.ACCEPTED: AuditClass.NO_LOCAL_EXECUTION,
+        JournalState.STARTING_ACKNOWLEDGED: AuditClass.NO_LOCAL_EXECUTION,
+        JournalState.START_FAILED: AuditClass.NO_LOCAL_EXECUTION,
+        JournalState.START_FAILURE_ACKNOWLEDGED: AuditClass.SETTLED_START_FAILURE,
+        JournalState.COMPLETION_ACKNOWLEDGED: AuditClass.SETTLED_COMPLETION,
+        JournalState.LAUNCHING: AuditClass.LAUNCH_RECONCILIATION,
+        JournalState.RECOVERY_REQUIRED: AuditClass.LAUNCH_RECONCILIATION,
+        JournalState.STARTED: AuditClass.EXECUTION_RECONCILIATION,
+        JournalState.RUNNING_ACKNOWLEDGED: AuditClass.EXECUTION_RECONCILIATION,
     }
-    assert set(AUDIT_CLASSIFICATION) == set(S)
+    assert set(AUDIT_CLASSIFICATION) == set(JournalState)
 
 
 @pytest.mark.spec("INBOX-05", "INBOX-06", "INBOX-07", "INBOX-08")
@@ -150,15 +209,15 @@ def test_replay_semantics_never_start_twice() -> None:
     (INBOX-05); `started` -> only the running ACK (INBOX-06); `running_acknowledged` ->
     idempotent success, never retention-eligible (INBOX-07); `start_failed` -> only
     `fail_start` (INBOX-08). Only the two states before `launching` may ever lead to a spawn."""
-    assert REPLAY[S.LAUNCHING] is ReplayAction.JOIN_OR_LAUNCH_UNKNOWN
-    assert REPLAY[S.STARTED] is ReplayAction.REPLAY_RUNNING_ACK
-    assert REPLAY[S.RUNNING_ACKNOWLEDGED] is ReplayAction.IDEMPOTENT_SUCCESS
-    assert REPLAY[S.START_FAILED] is ReplayAction.REPLAY_FAIL_START
-    assert set(REPLAY) == set(S)
+    assert REPLAY[JournalState.LAUNCHING] is ReplayAction.JOIN_OR_LAUNCH_UNKNOWN
+    assert REPLAY[JournalState.STARTED] is ReplayAction.REPLAY_RUNNING_ACK
+    assert REPLAY[JournalState.RUNNING_ACKNOWLEDGED] is ReplayAction.IDEMPOTENT_SUCCESS
+    assert REPLAY[JournalState.START_FAILED] is ReplayAction.REPLAY_FAIL_START
+    assert set(REPLAY) == set(JournalState)
     spawning = {s for s, action in REPLAY.items() if action in MAY_SPAWN}
-    assert spawning == {S.ACCEPTED, S.STARTING_ACKNOWLEDGED}
-    assert S.RUNNING_ACKNOWLEDGED not in RETENTION_ELIGIBLE
-    assert S.RECOVERY_REQUIRED not in RETENTION_ELIGIBLE
+    assert spawning == {JournalState.ACCEPTED, JournalState.STARTING_ACKNOWLEDGED}
+    assert JournalState.RUNNING_ACKNOWLEDGED not in RETENTION_ELIGIBLE
+    assert JournalState.RECOVERY_REQUIRED not in RETENTION_ELIGIBLE
 
 
 def _walk(
@@ -185,18 +244,18 @@ def test_only_the_table_transitions_ever_apply(sequence: list[JournalEvent]) -> 
     row of §3.6 and lands where the row says; every other pair is
     `Rejected(JOURNAL_TRANSITION_INVALID)` and writes nothing."""
     for before, event, outcome in _walk(sequence):
-        row = TRANSITIONS.get((before.state, event.trigger))
-        if row is None:
+        targets = JOURNAL_TABLE.lookup(before.state, event.trigger)
+        if targets is None:
             assert outcome == Rejected(Code.JOURNAL_TRANSITION_INVALID)
             continue
         if isinstance(outcome, JournalApplied):
-            if row.state is None and not row.keep:
-                assert outcome.record is None  # retention
+            if outcome.record is None:
+                assert None in targets  # retention
                 continue
-            assert outcome.record is not None
-            assert outcome.record.state is (before.state if row.keep else row.state)
-            if row.reasons:
-                assert outcome.record.recovery_reason in row.reasons
+            assert outcome.record.state in targets
+            reasons = TRIGGER_REASONS.get(event.trigger)
+            if reasons:
+                assert outcome.record.recovery_reason in reasons
         else:
             assert isinstance(outcome, Rejected | Replayed)
 
@@ -215,7 +274,7 @@ def test_every_revision_is_well_formed_and_grows_by_one(sequence: list[JournalEv
         assert record_violations(after) == ()
         assert after.revision == before.revision + 1
         assert before.state not in FINAL_STATES
-        if after.state is S.LAUNCHING:
+        if after.state is JournalState.LAUNCHING:
             assert after.has_callback_pair
             assert after.executor_started_at_ms is not None
         assert CALLBACK_TOKEN not in repr(after)
@@ -235,12 +294,12 @@ def _through(n: int) -> JournalRecord:
 def test_the_happy_pipeline_reaches_completion_acknowledged() -> None:
     states = [_through(n).state for n in range(len(PIPELINE) + 1)]
     assert states == [
-        S.ACCEPTED,
-        S.STARTING_ACKNOWLEDGED,
-        S.LAUNCHING,
-        S.STARTED,
-        S.RUNNING_ACKNOWLEDGED,
-        S.COMPLETION_ACKNOWLEDGED,
+        JournalState.ACCEPTED,
+        JournalState.STARTING_ACKNOWLEDGED,
+        JournalState.LAUNCHING,
+        JournalState.STARTED,
+        JournalState.RUNNING_ACKNOWLEDGED,
+        JournalState.COMPLETION_ACKNOWLEDGED,
     ]
     done = _through(len(PIPELINE))
     assert done.completion_acknowledged_at_ms == done.updated_at_ms
@@ -308,12 +367,12 @@ def test_a_control_plane_running_or_terminal_attempt_becomes_recovery_required()
     running = journal_step(accepted(), ControlPlaneAlreadyRunning(), T0 + 1)
     assert isinstance(running, JournalApplied)
     assert running.record is not None
-    assert running.record.recovery_reason is R.CONTROL_PLANE_ALREADY_RUNNING
+    assert running.record.recovery_reason is RecoveryReason.CONTROL_PLANE_ALREADY_RUNNING
     for record in (accepted(), _through(3)):
         terminal = journal_step(record, ControlPlaneTerminal(), T0 + 10)
         assert isinstance(terminal, JournalApplied)
         assert terminal.record is not None
-        assert terminal.record.recovery_reason is R.CONTROL_PLANE_TERMINAL
+        assert terminal.record.recovery_reason is RecoveryReason.CONTROL_PLANE_TERMINAL
         assert REPLAY[terminal.record.state] not in MAY_SPAWN
 
 
@@ -322,11 +381,11 @@ def test_launching_found_on_restart_becomes_launch_outcome_unknown() -> None:
     """INBOX-05: `launching` with no in-process operation -> `recovery_required(
     launch_outcome_unknown)`; nothing in that state can reach the Executor again."""
     launching = _through(2)
-    assert launching.state is S.LAUNCHING
+    assert launching.state is JournalState.LAUNCHING
     outcome = journal_step(launching, LaunchOutcomeUnknown(), T0 + 50)
     assert isinstance(outcome, JournalApplied)
     assert outcome.record is not None
-    assert outcome.record.recovery_reason is R.LAUNCH_OUTCOME_UNKNOWN
+    assert outcome.record.recovery_reason is RecoveryReason.LAUNCH_OUTCOME_UNKNOWN
     again = journal_step(outcome.record, HandleReturned("posix:v1:x:1:1"), T0 + 60)
     assert again == Rejected(Code.JOURNAL_TRANSITION_INVALID)
 

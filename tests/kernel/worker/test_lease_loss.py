@@ -20,21 +20,19 @@ from kernel.worker.journal import (
     journal_step,
 )
 from kernel.worker.lease_loss import (
-    Finish,
+    FinishLeaseLoss,
     LeaseLossResult,
     StopHandle,
     WriteUnverified,
     after_stop,
-    check_retention_ms,
     decide_lease_loss,
     quiet_after_conflict,
     result_of,
-    retention_eligible,
 )
 from kernel.worker.record import JournalRecord
+from kernel.worker.retention import check_retention_ms, retention_eligible
 from tests.support.journal_fixtures import PIPELINE, T0, accepted, events, lease
 
-S = JournalState
 MINUTE = 60_000
 
 
@@ -56,20 +54,22 @@ def test_the_coordinator_stops_only_a_matching_authority_with_a_handle() -> None
     """INBOX-40: a stop is asked only when the full authority matches and a durable handle
     exists; never after `completion_acknowledged`; no handle -> `_unverified` at once."""
     snapshot = lease(version=9)  # the lifecycle's version may be ahead of the record's
-    assert decide_lease_loss(None, snapshot) == Finish(LeaseLossResult.NOT_FOUND)
+    assert decide_lease_loss(None, snapshot) == FinishLeaseLoss(LeaseLossResult.NOT_FOUND)
     started = _at(3)
     assert decide_lease_loss(started, snapshot) == StopHandle("posix:v1:boot:4242:99")
     other = lease(token=Secret.of("some-other-lease-token-0123456789abcdefgh", "lease_token"))
-    assert decide_lease_loss(started, other) == Finish(LeaseLossResult.AUTHORITY_MISMATCH)
+    assert decide_lease_loss(started, other) == FinishLeaseLoss(LeaseLossResult.AUTHORITY_MISMATCH)
     for changed in ({"worker_session_id": "s2"}, {"lease_generation": 2}, {"run_id": "r9"}):
         mismatch = lease(**changed)
-        assert decide_lease_loss(started, mismatch) == Finish(LeaseLossResult.AUTHORITY_MISMATCH)
+        assert decide_lease_loss(started, mismatch) == FinishLeaseLoss(
+            LeaseLossResult.AUTHORITY_MISMATCH
+        )
     done = _at(len(PIPELINE))
-    assert decide_lease_loss(done, snapshot) == Finish(LeaseLossResult.ALREADY_COMPLETED)
+    assert decide_lease_loss(done, snapshot) == FinishLeaseLoss(LeaseLossResult.ALREADY_COMPLETED)
     launching = _at(2)
     assert isinstance(decide_lease_loss(launching, snapshot), WriteUnverified)
     for state_record in (accepted(), _at(1), _apply(_at(1), PrepareFailed())):
-        assert decide_lease_loss(state_record, snapshot) == Finish(
+        assert decide_lease_loss(state_record, snapshot) == FinishLeaseLoss(
             LeaseLossResult.NO_LOCAL_EXECUTION
         )
 
@@ -102,8 +102,10 @@ def test_a_raising_controller_writes_nothing() -> None:
 def test_an_already_lease_lost_record_is_not_stopped_again() -> None:
     stopped = _apply(_at(3), LeaseLost(stopped=True))
     unverified = _apply(_at(2), LeaseLost(stopped=False))
-    assert decide_lease_loss(stopped, lease()) == Finish(LeaseLossResult.ALREADY_STOPPED)
-    assert decide_lease_loss(unverified, lease()) == Finish(LeaseLossResult.ALREADY_UNVERIFIED)
+    assert decide_lease_loss(stopped, lease()) == FinishLeaseLoss(LeaseLossResult.ALREADY_STOPPED)
+    assert decide_lease_loss(unverified, lease()) == FinishLeaseLoss(
+        LeaseLossResult.ALREADY_UNVERIFIED
+    )
     assert quiet_after_conflict(stopped)
     assert quiet_after_conflict(_at(len(PIPELINE)))
     assert not quiet_after_conflict(_at(3))
@@ -136,13 +138,13 @@ def test_only_old_final_records_are_ever_retention_eligible(
 def test_a_start_failure_ages_from_its_last_update() -> None:
     failed = _apply(_at(2), StartRefused("ENOENT"))
     settled = _apply(failed, FailStartAcknowledged())
-    assert settled.state is S.START_FAILURE_ACKNOWLEDGED
+    assert settled.state is JournalState.START_FAILURE_ACKNOWLEDGED
     assert not retention_eligible(settled, settled.updated_at_ms + MINUTE, MINUTE)
     assert retention_eligible(settled, settled.updated_at_ms + MINUTE + 1, MINUTE)
     unknown = _apply(_at(2), LaunchOutcomeUnknown())
     assert not retention_eligible(unknown, unknown.updated_at_ms + 10**12, MINUTE)
     running = _at(4)
-    assert running.state is S.RUNNING_ACKNOWLEDGED
+    assert running.state is JournalState.RUNNING_ACKNOWLEDGED
     assert not retention_eligible(running, running.updated_at_ms + 10**12, MINUTE)
 
 

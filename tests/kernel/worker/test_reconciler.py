@@ -14,11 +14,11 @@ from kernel.specs.states import CompletionOutcome, WorkerSessionStatus
 from kernel.worker.journal import JournalApplied, journal_step
 from kernel.worker.reconciler import (
     CompletionObserved,
+    Concluded,
     ControlPlaneView,
-    Done,
+    HandleInspection,
     InboxEvidence,
     Inspect,
-    Inspection,
     ReadReceipt,
     ReceiptCheck,
     ReceiptFacts,
@@ -51,14 +51,14 @@ def _at(n: int) -> JournalRecord:
 
 
 def run(
-    record: JournalRecord, reads: list[ReceiptCheck], inspection: Inspection | None
+    record: JournalRecord, reads: list[ReceiptCheck], inspection: HandleInspection | None
 ) -> tuple[InboxEvidence, list[str]]:
     """Drive the step machine with scripted port answers; return the evidence and the calls
     made, in order (`read`, `inspect`, `wait`)."""
     calls: list[str] = []
     step = first_step()
     answers = iter(reads)
-    while not isinstance(step, Done):
+    while not isinstance(step, Concluded):
         if isinstance(step, ReadReceipt):
             calls.append("read")
             check = next(answers)
@@ -84,17 +84,19 @@ def test_a_valid_receipt_means_no_probe_and_exited_rereads_twice() -> None:
     evidence, calls = run(started, [ReceiptCheck.VALID], None)
     assert evidence == CompletionObserved(FACTS)
     assert calls == ["read"]
-    evidence, calls = run(started, [ReceiptCheck.ABSENT, ReceiptCheck.VALID], Inspection.EXITED)
+    evidence, calls = run(
+        started, [ReceiptCheck.ABSENT, ReceiptCheck.VALID], HandleInspection.EXITED
+    )
     assert evidence == CompletionObserved(FACTS)
     assert calls == ["read", "inspect", "read"]
     evidence, calls = run(
         started,
         [ReceiptCheck.ABSENT, ReceiptCheck.ABSENT, ReceiptCheck.VALID],
-        Inspection.EXITED,
+        HandleInspection.EXITED,
     )
     assert evidence == CompletionObserved(FACTS)
     assert calls == ["read", "inspect", "read", "wait", "read"]
-    evidence, calls = run(started, [ReceiptCheck.ABSENT] * 3, Inspection.EXITED)
+    evidence, calls = run(started, [ReceiptCheck.ABSENT] * 3, HandleInspection.EXITED)
     assert evidence == UnknownObserved(UnknownInboxReason.EXITED_WITHOUT_RECEIPT)
     assert calls == ["read", "inspect", "read", "wait", "read"]
 
@@ -114,10 +116,10 @@ def test_a_bad_or_unreadable_receipt_is_unknown_before_any_probe(
 ) -> None:
     """INBOX-30: a receipt mismatch, an unavailable authenticator or a read error yields
     `unknown` before any process probe, in the first read and in the re-reads."""
-    evidence, calls = run(_at(3), [check], Inspection.RUNNING)
+    evidence, calls = run(_at(3), [check], HandleInspection.RUNNING)
     assert evidence == UnknownObserved(reason)
     assert calls == ["read"]
-    evidence, calls = run(_at(3), [ReceiptCheck.ABSENT, check], Inspection.EXITED)
+    evidence, calls = run(_at(3), [ReceiptCheck.ABSENT, check], HandleInspection.EXITED)
     assert evidence == UnknownObserved(reason)
     assert calls == ["read", "inspect", "read"]
 
@@ -134,15 +136,15 @@ def test_a_record_without_the_callback_pair_never_authenticates_a_receipt() -> N
 @pytest.mark.parametrize(
     ("inspection", "expected"),
     [
-        (Inspection.RUNNING, RunningObserved()),
-        (Inspection.INVALID, UnknownObserved(UnknownInboxReason.HANDLE_INVALID)),
-        (Inspection.IDENTITY_MISMATCH, UnknownObserved(UnknownInboxReason.IDENTITY_MISMATCH)),
-        (Inspection.UNSUPPORTED, UnknownObserved(UnknownInboxReason.UNSUPPORTED)),
-        (Inspection.PROBE_FAILED, UnknownObserved(UnknownInboxReason.PROBE_FAILED)),
+        (HandleInspection.RUNNING, RunningObserved()),
+        (HandleInspection.INVALID, UnknownObserved(UnknownInboxReason.HANDLE_INVALID)),
+        (HandleInspection.IDENTITY_MISMATCH, UnknownObserved(UnknownInboxReason.IDENTITY_MISMATCH)),
+        (HandleInspection.UNSUPPORTED, UnknownObserved(UnknownInboxReason.UNSUPPORTED)),
+        (HandleInspection.PROBE_FAILED, UnknownObserved(UnknownInboxReason.PROBE_FAILED)),
     ],
 )
 def test_each_inspection_maps_to_one_evidence_and_no_side_effect(
-    inspection: Inspection, expected: InboxEvidence
+    inspection: HandleInspection, expected: InboxEvidence
 ) -> None:
     """INBOX-32: one stable evidence value per inspector outcome; the only steps the machine
     ever asks for are reads, one inspection and one wait (no start, stop, ACK or remove)."""
@@ -197,10 +199,10 @@ def test_authority_precedence_and_blocked_submissions() -> None:
 
 @given(
     st.lists(st.sampled_from(list(ReceiptCheck)), min_size=3, max_size=3),
-    st.sampled_from(list(Inspection)),
+    st.sampled_from(list(HandleInspection)),
 )
 def test_the_machine_always_ends_within_three_reads_one_probe_and_one_wait(
-    reads: list[ReceiptCheck], inspection: Inspection
+    reads: list[ReceiptCheck], inspection: HandleInspection
 ) -> None:
     evidence, calls = run(_at(3), reads, inspection)
     assert calls.count("read") <= 3

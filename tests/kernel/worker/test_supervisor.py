@@ -12,15 +12,14 @@ from kernel.worker.auditor import AuditPage, AuditProgress, AuditResult, audit_p
 from kernel.worker.auditor import entry as audit_entry
 from kernel.worker.supervisor import RecoveryAction, overall, plan_recovery
 
-S = JournalState
 STATES = [
-    S.ACCEPTED,
-    S.COMPLETION_ACKNOWLEDGED,
-    S.LAUNCHING,
-    S.START_FAILURE_ACKNOWLEDGED,
-    S.STARTED,
-    S.RUNNING_ACKNOWLEDGED,
-    S.RECOVERY_REQUIRED,
+    JournalState.ACCEPTED,
+    JournalState.COMPLETION_ACKNOWLEDGED,
+    JournalState.LAUNCHING,
+    JournalState.START_FAILURE_ACKNOWLEDGED,
+    JournalState.STARTED,
+    JournalState.RUNNING_ACKNOWLEDGED,
+    JournalState.RECOVERY_REQUIRED,
 ]
 
 
@@ -39,11 +38,11 @@ def test_the_plan_follows_the_audit_order_with_one_action_per_entry_that_needs_o
     plan = plan_recovery(_audit(STATES), 64)
     assert not isinstance(plan, Rejected)
     assert [(p.action, p.entry.state) for p in plan] == [
-        (RecoveryAction.CLEAN_RECEIPT, S.COMPLETION_ACKNOWLEDGED),
-        (RecoveryAction.RECONCILE, S.LAUNCHING),
-        (RecoveryAction.RECONCILE, S.STARTED),
-        (RecoveryAction.RECONCILE, S.RUNNING_ACKNOWLEDGED),
-        (RecoveryAction.RECONCILE, S.RECOVERY_REQUIRED),
+        (RecoveryAction.CLEAN_RECEIPT, JournalState.COMPLETION_ACKNOWLEDGED),
+        (RecoveryAction.RECONCILE, JournalState.LAUNCHING),
+        (RecoveryAction.RECONCILE, JournalState.STARTED),
+        (RecoveryAction.RECONCILE, JournalState.RUNNING_ACKNOWLEDGED),
+        (RecoveryAction.RECONCILE, JournalState.RECOVERY_REQUIRED),
     ]
 
 
@@ -53,7 +52,7 @@ def test_over_budget_fails_closed_before_any_action_and_one_failure_keeps_the_st
     item leaves the overall result `reconciliation_required`."""
     assert plan_recovery(_audit(STATES), 4) == Rejected(Code.RECOVERY_ACTION_BUDGET_EXHAUSTED)
     assert not isinstance(plan_recovery(_audit(STATES), 5), Rejected)
-    assert plan_recovery(_audit([S.ACCEPTED] * 10), 1) == ()
+    assert plan_recovery(_audit([JournalState.ACCEPTED] * 10), 1) == ()
     assert overall([True, True]) is Code.READY
     assert overall([True, False, True]) is Code.RECONCILIATION_REQUIRED
     for bad in (0, 1025):

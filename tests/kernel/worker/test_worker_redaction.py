@@ -20,7 +20,7 @@ from kernel.worker.coordinator import (
 from kernel.worker.journal import JournalApplied, journal_step
 from kernel.worker.reconciler import (
     CompletionObserved,
-    Inspection,
+    HandleInspection,
     Phase,
     ReceiptCheck,
     ReceiptFacts,
@@ -60,7 +60,7 @@ def _results() -> list[object]:
     audit = audit_result(progress)
     assert isinstance(audit, AuditResult)
     return [
-        after_inspection(Inspection.EXITED),
+        after_inspection(HandleInspection.EXITED),
         after_receipt(record, Phase.REREAD, ReceiptCheck.VALID, facts),
         evidence,
         submission,

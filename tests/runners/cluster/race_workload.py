@@ -130,7 +130,8 @@ def database_now_us(conn: psycopg.Connection[Any]) -> int:
 class WarpedDatabaseClock:
     """The database's `statement_timestamp()` (µs), sped up `factor` times around `epoch_us`,
     in milliseconds: one shared, monotonic time source whose leases expire `factor` times
-    sooner in real time. Read on the transaction's connection, after the locks (the `Clock`
+    sooner in real time. Read on the transaction's connection, after the locks (the
+    `TransactionClock`
     port of `runners.cluster.clock`)."""
 
     def __init__(self, epoch_us: int, factor: int) -> None:

@@ -19,6 +19,7 @@ from conformance.run.replay import replay
 NAMED = [p for p in trace_paths(RUN_CORPUS) if p.parent == RUN_CORPUS]
 
 
+@pytest.mark.slow  # every named trace on PostgreSQL, about 5 s
 def test_every_applicable_named_trace_replays_without_divergence(pg_dsn: str) -> None:
     factory = functools.partial(make_cluster_adapter, pg_dsn)
     passed, not_applicable = [], []

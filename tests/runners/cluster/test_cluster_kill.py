@@ -26,6 +26,8 @@ from kernel import Command, Outcome
 from runners import engine
 from runners.cluster.store import ClusterStore, ClusterTransaction
 
+pytestmark = pytest.mark.slow  # kill modes: a SIGKILL and a terminated backend per boundary
+
 GRANT = "LEASE-02-each-mismatched-fence-field-rejected"
 COMPLETION = "LEASE-08-completion-and-expiry-never-both-apply"
 REQUEUE = "RETRY-10-fault-in-requeue-rolls-back-everything"

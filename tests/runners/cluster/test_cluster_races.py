@@ -304,6 +304,7 @@ def _check_race(
     return bad, summary
 
 
+@pytest.mark.slow  # the race workload: four replica processes, 1,000 Runs
 @pytest.mark.spec("LEASE-08", "RETRY-09")
 def test_replicas_race_on_one_database_and_every_invariant_holds(
     pg_dsn: str, pg_schema: Schema, store: ClusterStore, tmp_path: Path

@@ -197,6 +197,7 @@ def test_the_readme_test_command_works_on_a_machine_without_postgresql() -> None
     assert "it is removed on exit" in run.stdout
 
 
+@pytest.mark.slow  # qlk conform on a throwaway server
 def test_qlk_conform_runner_cluster_works_on_a_machine_without_postgresql(
     tmp_path: Path,
 ) -> None:

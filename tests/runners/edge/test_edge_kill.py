@@ -12,6 +12,8 @@ import pytest
 from conformance.run.kill_edge import kill_every_write
 from runners.edge.connection import SqliteAuthority
 
+pytestmark = pytest.mark.slow  # kill mode: a SIGKILLed child per statement boundary
+
 
 @pytest.mark.spec("RUN-06", "RETRY-10")
 def test_every_statement_boundary_of_every_write_path_is_atomic() -> None:

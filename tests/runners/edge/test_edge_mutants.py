@@ -30,6 +30,8 @@ from runners.edge import named_sql, sources, store
 from runners.edge.store import EdgeStore
 from tests.runners.edge.edge_mutants import BY_NAME, MUTANTS, Mutant, hunt
 
+pytestmark = pytest.mark.slow  # the planted-bug tier of the SQL (corpus, guard and kill modes)
+
 MODES = ("corpus", "guards", "kill")
 SQL_MUTANTS = [m for m in MUTANTS if m.table != "method"]
 

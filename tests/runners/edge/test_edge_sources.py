@@ -275,6 +275,7 @@ def walk(source: Callable[[Any], tuple[Page[Any], Page[Any]]], start: Any) -> No
 KEY_PARTS = st.tuples(TIMES, TIMES, st.text("abcrxyz-019", max_size=6))
 
 
+@pytest.mark.slow  # about 4 s
 @pytest.mark.spec("RETRY-07", "RETRY-12", "RETRY-15", "REC-07")
 @settings(max_examples=2 * settings().max_examples)  # twice the profile's: cheap examples
 @given(

@@ -26,7 +26,7 @@ from kernel.specs.budgets import Paging
 from kernel.specs.codes import Code
 from kernel.specs.inbox_lifecycle import (
     HOLDS_OWNERSHIP,
-    INBOX_TRANSITIONS,
+    INBOX_TABLE,
     InboxCode,
     InboxState,
 )
@@ -60,7 +60,6 @@ from runners.worker.retention import cleanup_settled_receipt
 from tests.support.journal_fixtures import CALLBACK_TOKEN, LEASE_TOKEN, revisions
 
 Kind = Literal["file", "sqlite"]
-S = InboxState
 BUDGET = Paging(16, 4)
 EXCEPTION_TEXT = "exception text with a secret-command-line"
 
@@ -193,12 +192,12 @@ def _nothing_left_locked(root: Path) -> Iterator[None]:
 
 
 def _assert_table_edges(lifecycle: WorkerExecutionOfferInboxLifecycle) -> None:
-    """The lifecycle only ever took edges of `INBOX_TRANSITIONS`, as one connected walk from
+    """The lifecycle only ever took edges of `INBOX_TABLE`, as one connected walk from
     `inert` to its current state."""
-    state = S.INERT
+    state = InboxState.INERT
     for edge in lifecycle.history:
         assert edge.source is state
-        assert INBOX_TRANSITIONS.get((edge.source, edge.trigger)) is edge.target
+        assert INBOX_TABLE.allows(edge.source, edge.trigger, edge.target)
         state = edge.target
     assert state is lifecycle.state
 
@@ -301,10 +300,10 @@ def test_without_recovery_it_acquires_audits_and_holds_until_stop(kind: Kind, ro
     which releases it. A second `start()` is a no-op."""
     _seed(kind, root, _chains("accepted", "launching"))
     lifecycle, journal = _lifecycle(kind, root)
-    assert lifecycle.state is S.INERT
+    assert lifecycle.state is InboxState.INERT
     assert journal.log == []  # L-1: constructing does no I/O
     status = lifecycle.start()
-    assert status.state is S.HOLDING
+    assert status.state is InboxState.HOLDING
     assert status.code is Code.RECONCILIATION_REQUIRED
     assert status.audit is not None
     assert len(status.audit.entries) == 2
@@ -315,12 +314,12 @@ def test_without_recovery_it_acquires_audits_and_holds_until_stop(kind: Kind, ro
     assert lifecycle.start() is status  # no-op
     assert journal.log == ["acquire", "list"]
     stopped = lifecycle.stop()
-    assert stopped.state is S.STOPPED
+    assert stopped.state is InboxState.STOPPED
     assert stopped.release_code is None
     assert journal.log == ["acquire", "list", "release"]
-    assert journal.states_at_release == [S.STOPPING]
+    assert journal.states_at_release == [InboxState.STOPPING]
     _another_owner_acquires(root)
-    assert lifecycle.stop().state is S.STOPPED  # idempotent
+    assert lifecycle.stop().state is InboxState.STOPPED  # idempotent
     _assert_table_edges(lifecycle)
 
 
@@ -341,7 +340,7 @@ def test_with_recovery_it_acquires_audits_recovers_reaudits_and_holds(
     journal.lifecycle = lifecycle
     status = lifecycle.start()
     assert journal.log == ["acquire", "list", "recovery", "list"]
-    assert status.state is S.HOLDING
+    assert status.state is InboxState.HOLDING
     assert [e.offer_id for e in supervisor.calls[0].entries] == sorted(
         c[-1].offer_id for c in chains
     )
@@ -352,11 +351,11 @@ def test_with_recovery_it_acquires_audits_recovers_reaudits_and_holds(
     assert status.audit is not None
     assert status.code is status.audit.status is Code.RECONCILIATION_REQUIRED
     assert [s.target for s in lifecycle.history] == [
-        S.ACQUIRING,
-        S.AUDITING,
-        S.RECOVERING,
-        S.REAUDITING,
-        S.HOLDING,
+        InboxState.ACQUIRING,
+        InboxState.AUDITING,
+        InboxState.RECOVERING,
+        InboxState.REAUDITING,
+        InboxState.HOLDING,
     ]
     _no_secret(status)
     lifecycle.stop()
@@ -375,7 +374,7 @@ def test_recovery_does_not_run_when_no_entry_needs_it(
     supervisor = SupervisorStandIn(journal, receipts)
     lifecycle = WorkerExecutionOfferInboxLifecycle(journal, BUDGET, recovery=supervisor)
     status = lifecycle.start()
-    assert status.state is S.HOLDING
+    assert status.state is InboxState.HOLDING
     assert status.code is Code.READY
     assert supervisor.calls == []
     assert journal.log == ["acquire", "list"]
@@ -391,15 +390,15 @@ def _assert_released_then_refused(
     code: Code | InboxCode,
 ) -> None:
     status = lifecycle.status
-    assert status.state is S.REFUSED
+    assert status.state is InboxState.REFUSED
     assert status.code is code
     assert status.release_code is None
     assert journal.log.count("release") == 1
     assert journal.log[-1] == "release"  # nothing after the release
     (at_release,) = journal.states_at_release
     assert at_release in HOLDS_OWNERSHIP  # still holding when it released: not yet refused
-    assert at_release is not S.REFUSED
-    assert lifecycle.history[-1].target is S.REFUSED
+    assert at_release is not InboxState.REFUSED
+    assert lifecycle.history[-1].target is InboxState.REFUSED
     _another_owner_acquires(root)  # the lock is free right after the refusal
     _no_secret(status)
     _assert_table_edges(lifecycle)
@@ -415,7 +414,7 @@ def test_an_exhausted_scan_budget_releases_then_refuses(kind: Kind, root: Path) 
     lifecycle, journal = _lifecycle(kind, root, capacity=4, budget=Paging(2, 2))
     lifecycle.start()
     assert journal.log == ["acquire", "list", "list", "release"]
-    assert journal.states_at_release == [S.AUDITING]
+    assert journal.states_at_release == [InboxState.AUDITING]
     _assert_released_then_refused(lifecycle, journal, root, Code.AUDIT_BUDGET_EXHAUSTED)
 
 
@@ -461,7 +460,7 @@ def test_an_exhausted_recovery_action_budget_releases_then_refuses(
     journal.lifecycle = lifecycle
     lifecycle.start()
     assert journal.log == ["acquire", "list", "recovery", "release"]
-    assert journal.states_at_release == [S.RECOVERING]
+    assert journal.states_at_release == [InboxState.RECOVERING]
     _assert_released_then_refused(lifecycle, journal, root, Code.RECOVERY_ACTION_BUDGET_EXHAUSTED)
     assert lifecycle.status.recovery == RecoveryReport(
         refused=Code.RECOVERY_ACTION_BUDGET_EXHAUSTED
@@ -498,7 +497,7 @@ def test_a_failing_reaudit_releases_then_refuses(
     journal.lifecycle = lifecycle
     lifecycle.start()
     assert journal.log == ["acquire", "list", "recovery", "list", "release"]
-    assert journal.states_at_release == [S.REAUDITING]
+    assert journal.states_at_release == [InboxState.REAUDITING]
     _assert_released_then_refused(lifecycle, journal, root, Code.AUDIT_JOURNAL_CORRUPT)
 
 
@@ -511,7 +510,7 @@ def test_a_failed_acquire_refuses_without_touching_the_journal(kind: Kind, root:
     try:
         lifecycle, journal = _lifecycle(kind, root)
         status = lifecycle.start()
-        assert status.state is S.REFUSED
+        assert status.state is InboxState.REFUSED
         assert status.code is Code.JOURNAL_LOCKED
         assert journal.log == ["acquire"]
         other.verify()  # still the owner
@@ -527,10 +526,10 @@ def test_stop_after_the_ownership_was_compromised_reports_the_release_code(
     """W-6: when the lock was taken away while holding, `stop()` still ends in `stopped`, with
     `JOURNAL_COMPROMISED` as the release code (the lock is left alone)."""
     lifecycle, _ = _lifecycle(kind, root)
-    assert lifecycle.start().state is S.HOLDING
+    assert lifecycle.start().state is InboxState.HOLDING
     shutil.rmtree(root / LOCK_DIR_NAME)
     status = lifecycle.stop()
-    assert status.state is S.STOPPED
+    assert status.state is InboxState.STOPPED
     assert status.release_code is Code.JOURNAL_COMPROMISED
     _assert_table_edges(lifecycle)
 
@@ -552,7 +551,7 @@ def test_it_creates_no_thread_beyond_the_adapters_refresh_timer_and_no_socket(
         journal, BUDGET, recovery=SupervisorStandIn(journal, receipts)
     )
     assert set(threading.enumerate()) == threads_before  # inert: nothing started
-    assert lifecycle.start().state is S.HOLDING
+    assert lifecycle.start().state is InboxState.HOLDING
     new = set(threading.enumerate()) - threads_before
     assert [t.name for t in new] == [REFRESH_THREAD_NAME]
     assert all(t.daemon for t in new)
@@ -562,7 +561,7 @@ def test_it_creates_no_thread_beyond_the_adapters_refresh_timer_and_no_socket(
     # A refusal stops the timer with the release, too.
     refused, refused_journal = _lifecycle(kind, root)
     refused_journal.list_fault = RuntimeError(EXCEPTION_TEXT)
-    assert refused.start().state is S.REFUSED
+    assert refused.start().state is InboxState.REFUSED
     assert set(threading.enumerate()) - threads_before == set()
     assert _socket_fds() == sockets_before
     assert _refresh_threads() == [t for t in threads_before if t.name == REFRESH_THREAD_NAME]
@@ -597,7 +596,7 @@ def test_concurrent_start_and_stop_are_serialized(kind: Kind, root: Path, round_
     assert errors == []
     # A stop that won the race stops the inert lifecycle for good; a stop that lost it waits
     # for the start to settle and then releases: either way the end is `stopped`.
-    assert lifecycle.state is S.STOPPED
+    assert lifecycle.state is InboxState.STOPPED
     assert journal.log.count("acquire") <= 1
     assert journal.log.count("release") == journal.log.count("acquire")
     _assert_table_edges(lifecycle)

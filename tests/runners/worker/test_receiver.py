@@ -17,12 +17,13 @@ import pytest
 from kernel.specs.codes import Code
 from kernel.specs.journal import DeliveryKind, JournalState, RecoveryReason
 from kernel.specs.states import Profile, WorkerSessionStatus
+from kernel.worker.receiver import ACK_VERSION_TRIES
 from kernel.worker.record import OfferLease
 from runners.passes import lease_expiry_page
 from runners.worker.journal.port import JournalStore
 from runners.worker.lease_lifecycle import LeaseLossReason
 from runners.worker.ports import ControlPlaneUnavailable, LeaseAck
-from runners.worker.receiver import ACK_TRIES, ResultKind
+from runners.worker.receiver import ResultKind
 from tests.support.worker_fixtures import (
     ControlPlane,
     ScriptedExecutor,
@@ -32,8 +33,6 @@ from tests.support.worker_fixtures import (
     session,
     unavailable,
 )
-
-S = JournalState
 
 
 def _files(root: Path) -> list[str]:
@@ -48,7 +47,7 @@ def test_first_delivery_runs_the_whole_pipeline_in_order(
     started -> running_acknowledged; the callback pair is durable in `launching` before
     `Executor.start()` is called, and the control plane holds the Attempt `running`."""
     offer = control.admit_and_grant(run_id())
-    seen: list[tuple[S, int | None]] = []
+    seen: list[tuple[JournalState, int | None]] = []
 
     def at_start(context: object) -> None:
         record = journal.read(offer.offer_id)
@@ -59,9 +58,9 @@ def test_first_delivery_runs_the_whole_pipeline_in_order(
     worker = Worker(journal, control, executor)
     result = worker.receiver.deliver(offer)
     assert result.kind is ResultKind.APPLIED
-    assert result.state is S.RUNNING_ACKNOWLEDGED
+    assert result.state is JournalState.RUNNING_ACKNOWLEDGED
     assert executor.calls == [offer.offer_id]
-    assert seen == [(S.LAUNCHING, 1)]  # the barrier was durable before start()
+    assert seen == [(JournalState.LAUNCHING, 1)]  # the barrier was durable before start()
     record = journal.read(offer.offer_id)
     assert record is not None
     assert record.revision == 4  # exactly one write per step
@@ -84,7 +83,7 @@ def test_redelivery_of_a_running_offer_is_idempotent(
     worker.receiver.deliver(offer)
     again = worker.receiver.deliver(offer)
     assert again.kind is ResultKind.REPLAYED
-    assert again.state is S.RUNNING_ACKNOWLEDGED
+    assert again.state is JournalState.RUNNING_ACKNOWLEDGED
     assert len(executor.calls) == 1
 
 
@@ -108,10 +107,10 @@ def test_restart_that_finds_launching_never_calls_the_executor(
         Worker(journal, control, first).receiver.deliver(offer)
     record = journal.read(offer.offer_id)
     assert record is not None
-    assert record.state is S.LAUNCHING
+    assert record.state is JournalState.LAUNCHING
     second = ScriptedExecutor()
     result = Worker(journal, control, second).receiver.deliver(offer)
-    assert result.state is S.RECOVERY_REQUIRED
+    assert result.state is JournalState.RECOVERY_REQUIRED
     assert result.recovery_reason is RecoveryReason.LAUNCH_OUTCOME_UNKNOWN
     assert second.calls == []
 
@@ -128,11 +127,11 @@ def test_restart_that_finds_started_replays_only_the_running_ack(
     control.client.overrides["acknowledge_running"] = unavailable
     first = worker.receiver.deliver(offer)
     assert first.kind is ResultKind.STOPPED
-    assert first.state is S.STARTED
+    assert first.state is JournalState.STARTED
     del control.client.overrides["acknowledge_running"]
     restarted = ScriptedExecutor()
     again = Worker(journal, control, restarted).receiver.deliver(offer)
-    assert again.state is S.RUNNING_ACKNOWLEDGED
+    assert again.state is JournalState.RUNNING_ACKNOWLEDGED
     assert restarted.calls == []
     assert len(executor.calls) == 1
 
@@ -147,7 +146,7 @@ def test_start_refusal_fails_the_start_and_replays_fail_start_only(
     executor = ScriptedExecutor(answer="refuse")
     worker = Worker(journal, control, executor)
     result = worker.receiver.deliver(offer)
-    assert result.state is S.START_FAILURE_ACKNOWLEDGED
+    assert result.state is JournalState.START_FAILURE_ACKNOWLEDGED
     record = journal.read(offer.offer_id)
     assert record is not None
     assert record.start_failure_code == "EXECUTABLE_NOT_FOUND"
@@ -174,11 +173,11 @@ def test_fail_start_is_replayed_after_a_lost_response(
         raise ControlPlaneUnavailable  # committed, response lost
 
     control.client.overrides["fail_start"] = lost
-    assert worker.receiver.deliver(offer).state is S.START_FAILED
+    assert worker.receiver.deliver(offer).state is JournalState.START_FAILED
     del control.client.overrides["fail_start"]
     restarted = ScriptedExecutor()
     result = Worker(journal, control, restarted).receiver.deliver(offer)
-    assert result.state is S.START_FAILURE_ACKNOWLEDGED
+    assert result.state is JournalState.START_FAILURE_ACKNOWLEDGED
     assert restarted.calls == []
     assert calls == [1]
 
@@ -243,14 +242,14 @@ def test_draining_refuses_new_claims_and_continues_lease_recovery(
     executor = ScriptedExecutor()
     worker = Worker(journal, control, executor)
     control.client.overrides["acknowledge_running"] = unavailable
-    assert worker.receiver.deliver(known).state is S.STARTED
+    assert worker.receiver.deliver(known).state is JournalState.STARTED
     del control.client.overrides["acknowledge_running"]
     control.sessions["w1"] = session(WorkerSessionStatus.DRAINING)
     refused = worker.receiver.deliver(fresh)
     assert (refused.kind, refused.code) == (ResultKind.REJECTED, Code.WORKER_DRAINING)
     assert journal.read(fresh.offer_id) is None
     recovery = control.offer(known.lease.attempt_id, DeliveryKind.LEASE_RECOVERY)
-    assert worker.receiver.deliver(recovery).state is S.RUNNING_ACKNOWLEDGED
+    assert worker.receiver.deliver(recovery).state is JournalState.RUNNING_ACKNOWLEDGED
     assert executor.calls == [known.offer_id]
 
 
@@ -269,11 +268,34 @@ def test_control_plane_already_running_becomes_recovery_required(
     other.acquire()
     executor = ScriptedExecutor()
     result = Worker(other, control, executor).receiver.deliver(offer)
-    assert result.state is S.RECOVERY_REQUIRED
+    assert result.state is JournalState.RECOVERY_REQUIRED
     assert result.recovery_reason is RecoveryReason.CONTROL_PLANE_ALREADY_RUNNING
     assert executor.calls == []
     first_journal.release()
     other.release()
+
+
+@pytest.mark.spec("INBOX-06")
+def test_a_running_ack_answered_already_running_is_acknowledged(
+    journal: JournalStore, control: ControlPlane
+) -> None:
+    """§3.6 `started` --`acknowledge_running` applied/replayed--> `running_acknowledged`: a
+    control plane that answers the running ACK with `already_running` (the Attempt is running
+    under this very fence, e.g. a replay whose first answer was lost) is an acknowledgement,
+    not a refusal. The answer mapping is the kernel's `ACK_ANSWERS` table."""
+    offer = control.admit_and_grant(run_id())
+    worker = Worker(journal, control, ScriptedExecutor())
+
+    def already_running(lease: OfferLease, handle: str, started: int) -> LeaseAck:
+        applied = control.client.inner.acknowledge_running(lease, handle, started)
+        assert applied.code is Code.APPLIED
+        return LeaseAck(Code.ALREADY_RUNNING, applied.version, applied.expires_at_ms)
+
+    control.client.overrides["acknowledge_running"] = already_running
+    result = worker.receiver.deliver(offer)
+    assert (result.kind, result.code) == (ResultKind.APPLIED, Code.ALREADY_RUNNING)
+    assert result.state is JournalState.RUNNING_ACKNOWLEDGED
+    assert control.attempt_status(offer.lease.attempt_id) == "running"
 
 
 @pytest.mark.spec("INBOX-14")
@@ -302,11 +324,11 @@ def test_running_ack_version_mismatch_retries_at_most_three_times(
     lifecycle.current = refreshing  # type: ignore[method-assign]
     control.client.overrides["acknowledge_running"] = mismatch
     result = worker.receiver.deliver(offer)
-    assert len(versions) == ACK_TRIES == 3
+    assert len(versions) == ACK_VERSION_TRIES == 3
     assert len(set(versions)) == 3  # each try with a refreshed version
     assert result.kind is ResultKind.STOPPED
     assert result.code is Code.ACK_VERSION_RETRIES_EXHAUSTED
-    assert result.state is S.STARTED
+    assert result.state is JournalState.STARTED
 
 
 @pytest.mark.spec("INBOX-14")
@@ -326,7 +348,7 @@ def test_version_mismatch_without_a_newer_version_stops_at_once(
     control.client.overrides["acknowledge_running"] = mismatch
     result = worker.receiver.deliver(offer)
     assert calls == [1]
-    assert result.state is S.STARTED
+    assert result.state is JournalState.STARTED
 
 
 @pytest.mark.spec("INBOX-04")
@@ -357,7 +379,7 @@ def test_concurrent_duplicate_deliveries_join_one_operation(
     assert len(results) == 8
     assert executor.calls == [offer.offer_id]
     states = {getattr(r, "state", None) for r in results}
-    assert states == {S.RUNNING_ACKNOWLEDGED}
+    assert states == {JournalState.RUNNING_ACKNOWLEDGED}
 
 
 @pytest.mark.spec("INBOX-10")
@@ -422,7 +444,7 @@ def test_a_restarted_worker_tracks_the_lease_again_on_redelivery(
     restarted = Worker(journal, control, ScriptedExecutor())
     assert restarted.lifecycle.tracked() == ()
     recovery = control.offer(offer.lease.attempt_id, DeliveryKind.LEASE_RECOVERY)
-    assert restarted.receiver.deliver(recovery).state is S.RUNNING_ACKNOWLEDGED
+    assert restarted.receiver.deliver(recovery).state is JournalState.RUNNING_ACKNOWLEDGED
     assert restarted.lifecycle.tracked() == (offer.offer_id,)
     control.clock.advance(11_000)
     assert restarted.lifecycle.tick(control.clock()).renewed == 1
@@ -444,7 +466,7 @@ def test_a_restart_replays_fail_start_even_after_the_lease_expired(
 
     control.client.overrides["fail_start"] = lost
     worker = Worker(journal, control, ScriptedExecutor(answer="refuse"))
-    assert worker.receiver.deliver(offer).state is S.START_FAILED
+    assert worker.receiver.deliver(offer).state is JournalState.START_FAILED
     del control.client.overrides["fail_start"]
     control.clock.advance(120_000)
     restarted = ScriptedExecutor()
@@ -452,7 +474,7 @@ def test_a_restart_replays_fail_start_even_after_the_lease_expired(
     assert again.receiver.deliver(offer).code is Code.RUN_LEASE_EXPIRED  # no delivery helps
     result = again.receiver.replay_fail_start(offer.offer_id)
     assert result is not None
-    assert result.state is S.START_FAILURE_ACKNOWLEDGED
+    assert result.state is JournalState.START_FAILURE_ACKNOWLEDGED
     assert again.receiver.replay_fail_start(offer.offer_id) is None  # final: nothing to do
     assert restarted.calls == []
 
@@ -482,11 +504,14 @@ def test_fail_start_after_a_renewal_stays_exactly_replayable(
         raise ControlPlaneUnavailable
 
     control.client.overrides["fail_start"] = lost
-    assert worker.receiver.deliver(offer).state is S.START_FAILED
+    assert worker.receiver.deliver(offer).state is JournalState.START_FAILED
     del control.client.overrides["fail_start"]
     record = journal.read(offer.offer_id)
     assert record is not None
     assert record.offer.lease.version == sent[0]  # merged before it was sent
     result = Worker(journal, control, ScriptedExecutor()).receiver.replay_fail_start(offer.offer_id)
     assert result is not None
-    assert (result.state, result.code) == (S.START_FAILURE_ACKNOWLEDGED, Code.ALREADY_APPLIED)
+    assert (result.state, result.code) == (
+        JournalState.START_FAILURE_ACKNOWLEDGED,
+        Code.ALREADY_APPLIED,
+    )

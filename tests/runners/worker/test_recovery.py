@@ -15,11 +15,12 @@ from kernel.specs.journal import AuditClass, DeliveryKind, JournalState, Recover
 from kernel.specs.states import CompletionOutcome
 from kernel.worker.auditor import AuditEntry, AuditResult
 from kernel.worker.coordinator import CompletionSubmission
-from kernel.worker.reconciler import Inspection, ReceiptFacts, UnknownInboxReason
-from kernel.worker.record import JournalRecord
+from kernel.worker.reconciler import HandleInspection, ReceiptFacts, UnknownInboxReason
+from kernel.worker.record import JournalRecord, OfferLease
+from runners.worker.coordinator import CoordinatorOutcome
 from runners.worker.journal.port import JournalError, JournalStore
 from runners.worker.ports import ControlPlaneUnavailable, LeaseAck
-from runners.worker.recovery import CoordinatorOutcome, StartupSupervisor
+from runners.worker.supervisor import StartupSupervisor
 from tests.support.worker_fixtures import (
     ControlPlane,
     MemoryReceipts,
@@ -29,8 +30,6 @@ from tests.support.worker_fixtures import (
     run_id,
     unavailable,
 )
-
-S = JournalState
 
 
 class OrderedJournal:
@@ -82,7 +81,7 @@ def _running(
     worker.receiver.deliver(control.offer(offer.lease.attempt_id, DeliveryKind.LEASE_RECOVERY))
     record = journal.read(offer.offer_id)
     assert record is not None
-    assert record.state is S.RUNNING_ACKNOWLEDGED
+    assert record.state is JournalState.RUNNING_ACKNOWLEDGED
     return worker, record
 
 
@@ -122,7 +121,7 @@ def test_completion_recovery_submits_then_writes_then_deletes_the_receipt(
     assert control.attempt_status(record.offer.lease.attempt_id) == "succeeded"
     final = journal.read(record.offer_id)
     assert final is not None
-    assert final.state is S.COMPLETION_ACKNOWLEDGED
+    assert final.state is JournalState.COMPLETION_ACKNOWLEDGED
 
 
 @pytest.mark.spec("INBOX-34", "INBOX-35")
@@ -192,7 +191,7 @@ def test_failed_receipt_deletion_never_reverts_the_final_state(
     assert result.outcome is CoordinatorOutcome.COMPLETED_CLEANUP_PENDING
     final = journal.read(record.offer_id)
     assert final is not None
-    assert final.state is S.COMPLETION_ACKNOWLEDGED
+    assert final.state is JournalState.COMPLETION_ACKNOWLEDGED
     again = worker.supervisor.reconcile_one(record.offer_id, control.clock.advance(10))
     assert again.outcome is CoordinatorOutcome.NOTHING_TO_DO
     after = journal.read(record.offer_id)
@@ -210,21 +209,46 @@ def test_running_ack_recovery_only_for_started_current_running_without_receipt(
     offer = control.admit_and_grant(run_id())
     worker = Worker(journal, control, ScriptedExecutor())
     control.client.overrides["acknowledge_running"] = unavailable
-    assert worker.receiver.deliver(offer).state is S.STARTED
+    assert worker.receiver.deliver(offer).state is JournalState.STARTED
     del control.client.overrides["acknowledge_running"]
     exited = Worker(
-        journal, control, ScriptedExecutor(), inspector=ScriptedInspector(Inspection.EXITED)
+        journal, control, ScriptedExecutor(), inspector=ScriptedInspector(HandleInspection.EXITED)
     )
     blocked = exited.supervisor.reconcile_one(offer.offer_id, control.clock.advance(5))
     assert blocked.outcome is CoordinatorOutcome.BLOCKED
     assert blocked.unknown is UnknownInboxReason.EXITED_WITHOUT_RECEIPT
     record = journal.read(offer.offer_id)
     assert record is not None
-    assert record.state is S.STARTED
+    assert record.state is JournalState.STARTED
     running = Worker(journal, control, ScriptedExecutor())
     result = running.supervisor.reconcile_one(offer.offer_id, control.clock.advance(5))
     assert result.outcome is CoordinatorOutcome.RUNNING_ACKNOWLEDGED
     assert control.attempt_status(offer.lease.attempt_id) == "running"
+
+
+@pytest.mark.spec("INBOX-36")
+def test_running_ack_recovery_answered_already_running_writes_running_acknowledged(
+    journal: JournalStore, control: ControlPlane
+) -> None:
+    """INBOX-36: running-ACK recovery maps the answer with the receiver's own table
+    (`ACK_ANSWERS`): `already_running` (the control plane has the Attempt running under the
+    record's fence) is an acknowledgement, so the record becomes `running_acknowledged`."""
+    offer = control.admit_and_grant(run_id())
+    worker = Worker(journal, control, ScriptedExecutor())
+    control.client.overrides["acknowledge_running"] = unavailable
+    assert worker.receiver.deliver(offer).state is JournalState.STARTED
+
+    def already_running(lease: OfferLease, handle: str, started: int) -> LeaseAck:
+        applied = control.client.inner.acknowledge_running(lease, handle, started)
+        assert applied.code is Code.APPLIED
+        return LeaseAck(Code.ALREADY_RUNNING, applied.version, applied.expires_at_ms)
+
+    control.client.overrides["acknowledge_running"] = already_running
+    result = worker.supervisor.reconcile_one(offer.offer_id, control.clock.advance(5))
+    assert result.outcome is CoordinatorOutcome.RUNNING_ACKNOWLEDGED
+    record = journal.read(offer.offer_id)
+    assert record is not None
+    assert record.state is JournalState.RUNNING_ACKNOWLEDGED
 
 
 @pytest.mark.spec("INBOX-36")
@@ -261,7 +285,7 @@ def test_running_ack_recovery_on_a_terminal_control_plane_writes_control_plane_t
     assert waiting.outcome is CoordinatorOutcome.WAITING_FOR_AUTHORITY
     unchanged = journal.read(other.offer_id)
     assert unchanged is not None
-    assert unchanged.state is S.STARTED
+    assert unchanged.state is JournalState.STARTED
 
 
 @pytest.mark.spec("INBOX-37")

@@ -24,8 +24,6 @@ from runners.worker.runtime import WorkerRuntime
 from tests.support.posix_processes import wait_until
 from tests.support.worker_fixtures import WORKER_ID, ControlPlane, ManualClock, run_id
 
-S = JournalState
-
 
 class World:
     def __init__(self, root: Path, adapter: str) -> None:
@@ -83,9 +81,9 @@ def test_start_deliver_complete_restart_and_retain(world: World) -> None:
     assert status.state is InboxState.HOLDING
     assert status.code is Code.READY
     result = runtime.deliver(offer)
-    assert result.state is S.RUNNING_ACKNOWLEDGED
+    assert result.state is JournalState.RUNNING_ACKNOWLEDGED
     attempt_id = offer.lease.attempt_id
-    assert wait_until(lambda: world.receipts.read(attempt_id) is not None, 10)
+    assert wait_until(lambda: world.receipts.read(attempt_id) is not None)
     runtime.deliver(world.control.offer(attempt_id, DeliveryKind.LEASE_RECOVERY))
     poll = runtime.poll_completions()
     assert [r.outcome.value for r in poll.results] == ["completed"]
@@ -126,7 +124,7 @@ def test_startup_recovery_of_a_launching_record_never_spawns(world: World) -> No
         runtime.deliver(offer)
     record = runtime.journal.read(offer.offer_id)
     assert record is not None
-    assert record.state is S.LAUNCHING
+    assert record.state is JournalState.LAUNCHING
     runtime.stop()
     restarted = world.runtime()
     status = restarted.start()
@@ -148,11 +146,11 @@ def test_a_live_completion_needs_no_redelivery(world: World) -> None:
     runtime = world.runtime()
     runtime.start()
     offer = world.control.admit_and_grant(run_id(), [sys.executable, "-c", "pass"])
-    assert runtime.deliver(offer).state is S.RUNNING_ACKNOWLEDGED
+    assert runtime.deliver(offer).state is JournalState.RUNNING_ACKNOWLEDGED
     attempt_id = offer.lease.attempt_id
     world.clock.advance(11_000)
     assert runtime.tick().renewed == 1
-    assert wait_until(lambda: world.receipts.read(attempt_id) is not None, 10)
+    assert wait_until(lambda: world.receipts.read(attempt_id) is not None)
     poll = runtime.poll_completions()
     assert [r.outcome.value for r in poll.results] == ["completed"]
     assert world.control.attempt_status(attempt_id) == "succeeded"

@@ -25,6 +25,7 @@ from kernel.specs.states import Profile
 from kernel.worker.reconciler import ReceiptCheck, UnknownInboxReason
 from kernel.worker.record import JournalRecord
 from runners.passes import lease_expiry_page
+from runners.worker.coordinator import CoordinatorOutcome
 from runners.worker.journal.file import FileJournal
 from runners.worker.journal.lock import JournalOwnership
 from runners.worker.ports import ExecutionContext
@@ -42,7 +43,6 @@ from runners.worker.posix.receipts import (
     ReceiptAuthenticator,
     decode_receipt,
 )
-from runners.worker.recovery import CoordinatorOutcome
 from tests.support.posix_processes import wait_until
 from tests.support.worker_fixtures import (
     ControlPlane,
@@ -52,8 +52,6 @@ from tests.support.worker_fixtures import (
     lease_token_for,
     run_id,
 )
-
-S = JournalState
 
 
 class CapturingFactory(TokenContextFactory):
@@ -102,7 +100,7 @@ class PosixWorld:
     def wait_exit(self, record: JournalRecord) -> None:
         """Until the wrapper published the receipt (it does so before it exits)."""
         attempt_id = record.offer.lease.attempt_id
-        assert wait_until(lambda: self.receipts.read(attempt_id) is not None, 10)
+        assert wait_until(lambda: self.receipts.read(attempt_id) is not None)
 
 
 @pytest.fixture
@@ -123,7 +121,7 @@ def test_a_real_child_completes_through_its_receipt(world: PosixWorld) -> None:
     deletes the receipt; the spawn journal has exactly one line."""
     offer = world.control.admit_and_grant(run_id(), _py("pass"))
     result = world.worker.receiver.deliver(offer)
-    assert result.state is S.RUNNING_ACKNOWLEDGED
+    assert result.state is JournalState.RUNNING_ACKNOWLEDGED
     record = world.journal.read(offer.offer_id)
     assert record is not None
     world.wait_exit(record)
@@ -235,4 +233,7 @@ def test_no_token_in_results_events_logs_or_journal_bytes(
     for callback in world.factory.tokens:  # the journal stores the lease token, never these
         assert callback.encode() not in journal_bytes
     states = {getattr(r, "state", None) for r in results}
-    assert S.COMPLETION_ACKNOWLEDGED in states or S.RUNNING_ACKNOWLEDGED in states
+    assert (
+        JournalState.COMPLETION_ACKNOWLEDGED in states
+        or JournalState.RUNNING_ACKNOWLEDGED in states
+    )

@@ -32,10 +32,10 @@ from runners.worker.posix.executor import (
     PosixExecutor,
     ProbeFailed,
     ProcFs,
-    StartAmbiguous,
-    StartAmbiguousCode,
-    StartRefusalCode,
-    StartRefused,
+    SpawnAmbiguous,
+    SpawnAmbiguousCode,
+    SpawnRefusalCode,
+    SpawnRefused,
     StopFailed,
     StopOutcome,
     parse_proc_stat,
@@ -271,9 +271,9 @@ def test_without_procfs_everything_is_unsupported(tmp_path: Path, launcher: Laun
     assert INSPECTOR.inspect(handle.text) is InspectionResult.RUNNING  # not signalled
 
     blind = PosixExecutor(launcher.receipts, proc=nothing)
-    with pytest.raises(StartRefused) as raised:
+    with pytest.raises(SpawnRefused) as raised:
         blind.start(launcher.spec(SLEEP_30, "att-unsupported-2"))
-    assert raised.value.refusal is StartRefusalCode.PLATFORM_UNSUPPORTED
+    assert raised.value.refusal is SpawnRefusalCode.PLATFORM_UNSUPPORTED
 
 
 def test_an_unreadable_proc_is_a_probe_failure_never_exited(tmp_path: Path) -> None:
@@ -310,31 +310,31 @@ def test_a_missing_or_unrunnable_executable_is_an_explicit_refusal(
     plain.write_text("#!/bin/sh\n")
     plain.chmod(0o644)
     cases = [
-        (("no-such-command-ql3",), StartRefusalCode.EXECUTABLE_NOT_FOUND),
-        ((str(tmp_path / "missing"),), StartRefusalCode.EXECUTABLE_NOT_FOUND),
-        ((str(plain),), StartRefusalCode.EXECUTABLE_NOT_PERMITTED),
-        ((str(tmp_path),), StartRefusalCode.EXECUTABLE_NOT_PERMITTED),
+        (("no-such-command-ql3",), SpawnRefusalCode.EXECUTABLE_NOT_FOUND),
+        ((str(tmp_path / "missing"),), SpawnRefusalCode.EXECUTABLE_NOT_FOUND),
+        ((str(plain),), SpawnRefusalCode.EXECUTABLE_NOT_PERMITTED),
+        ((str(tmp_path),), SpawnRefusalCode.EXECUTABLE_NOT_PERMITTED),
     ]
     for number, (argv, code) in enumerate(cases):
-        with pytest.raises(StartRefused) as raised:
+        with pytest.raises(SpawnRefused) as raised:
             launcher.start(launcher.spec(argv, f"att-refused-{number}"))
         assert raised.value.refusal is code
         assert raised.value.code == code.value
     missing_cwd = dataclasses.replace(
         launcher.spec(SLEEP_30, "att-refused-cwd"), cwd=str(tmp_path / "gone")
     )
-    with pytest.raises(StartRefused) as raised:
+    with pytest.raises(SpawnRefused) as raised:
         launcher.start(missing_cwd)
-    assert raised.value.refusal is StartRefusalCode.CWD_INVALID
+    assert raised.value.refusal is SpawnRefusalCode.CWD_INVALID
     assert launcher.handles == []
     assert launcher.executor.reap() == 0
 
 
 def test_a_public_receipts_directory_refuses_the_start(launcher: Launcher) -> None:
     launcher.receipts.root.chmod(0o755)
-    with pytest.raises(StartRefused) as raised:
+    with pytest.raises(SpawnRefused) as raised:
         launcher.start(launcher.spec(SLEEP_30, "att-public"))
-    assert raised.value.refusal is StartRefusalCode.RECEIPTS_DIRECTORY_INVALID
+    assert raised.value.refusal is SpawnRefusalCode.RECEIPTS_DIRECTORY_INVALID
 
 
 def _run_wrapper(payload: bytes) -> subprocess.CompletedProcess[bytes]:
@@ -342,7 +342,7 @@ def _run_wrapper(payload: bytes) -> subprocess.CompletedProcess[bytes]:
         [sys.executable, "-P", "-m", WRAPPER_MODULE],
         input=payload,
         capture_output=True,
-        timeout=5,
+        timeout=60,  # generous: the wrapper answers at once; TimeoutExpired names the wait
         check=False,
         start_new_session=True,
     )
@@ -383,30 +383,30 @@ def _fake_python(tmp_path: Path, body: str) -> str:
 @pytest.mark.parametrize(
     ("body", "code"),
     [
-        ("exec sleep 30", StartAmbiguousCode.HANDSHAKE_TIMEOUT),
-        ("echo hello; exec sleep 30", StartAmbiguousCode.HANDSHAKE_BROKEN),
+        ("exec sleep 30", SpawnAmbiguousCode.HANDSHAKE_TIMEOUT),
+        ("echo hello; exec sleep 30", SpawnAmbiguousCode.HANDSHAKE_BROKEN),
         # Gone before reading its stdin: the payload write or the handshake read fails first,
         # whichever the scheduler makes happen; both are ambiguous.
-        ("exit 0", StartAmbiguousCode.PAYLOAD_WRITE_FAILED),
+        ("exit 0", SpawnAmbiguousCode.PAYLOAD_WRITE_FAILED),
     ],
 )
 def test_no_trustworthy_handshake_is_ambiguous_and_leaves_no_process(
-    tmp_path: Path, launcher: Launcher, body: str, code: StartAmbiguousCode
+    tmp_path: Path, launcher: Launcher, body: str, code: SpawnAmbiguousCode
 ) -> None:
     # Only the timeout case waits for the timeout; the others answer at once (a long bound
     # keeps a loaded machine from turning them into timeouts).
-    timeout_s = 0.5 if code is StartAmbiguousCode.HANDSHAKE_TIMEOUT else 5.0
+    timeout_s = 0.5 if code is SpawnAmbiguousCode.HANDSHAKE_TIMEOUT else 30.0
     executor = PosixExecutor(
         launcher.receipts, python=_fake_python(tmp_path, body), handshake_timeout_s=timeout_s
     )
     before = set(children_of(os.getpid()))
-    with pytest.raises(StartAmbiguous) as raised:
+    with pytest.raises(SpawnAmbiguous) as raised:
         executor.start(launcher.spec(SLEEP_30, "att-ambiguous"))
-    if code is StartAmbiguousCode.PAYLOAD_WRITE_FAILED:
-        assert raised.value.ambiguity in {code, StartAmbiguousCode.HANDSHAKE_BROKEN}
+    if code is SpawnAmbiguousCode.PAYLOAD_WRITE_FAILED:
+        assert raised.value.ambiguity in {code, SpawnAmbiguousCode.HANDSHAKE_BROKEN}
     else:
         assert raised.value.ambiguity is code
-    assert not isinstance(raised.value, StartRefused)  # never reported as a clean refusal
+    assert not isinstance(raised.value, SpawnRefused)  # never reported as a clean refusal
     # The wrapper's whole group was killed and reaped.
     assert set(children_of(os.getpid())) <= before
     assert executor.reap() == 0
@@ -475,7 +475,7 @@ def test_the_token_is_in_no_argv_environment_repr_or_error(
         f"{token}",
     ]
     failing = dataclasses.replace(spec, argv=(str(tmp_path / "missing"),))
-    with pytest.raises(StartRefused) as refused:
+    with pytest.raises(SpawnRefused) as refused:
         launcher.start(failing)
     texts += [str(refused.value), repr(refused.value)]
     with pytest.raises(ValueError, match="launch spec") as bad_spec:

@@ -1,0 +1,127 @@
+"""The recovery Reconciler on the real ports (SPEC §3.11; INBOX-29..INBOX-33, INBOX-38).
+
+`Reconciler.reconcile(record, observed_at_ms, runtime, view)`: evidence only. It walks the
+kernel's step machine (`kernel.worker.reconciler`): read the receipt, inspect only when there is
+none, re-read after `exited` and once more after the publish grace; the authority and whether a
+completion may be submitted are the kernel's too. Its ports are a receipt reader that
+authenticates (`ReceiptEvidencePort`) and the persisted-execution inspector: it has no start,
+stop, ACK or remove port. Results carry ids, states, evidence and codes only (S-1).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Final, Protocol
+
+from kernel import WorkerSession
+from kernel.specs import HARD_LIMITS, Profile, budget_for
+from kernel.worker import (
+    Concluded,
+    ControlPlaneView,
+    HandleInspection,
+    Inspect,
+    JournalRecord,
+    ReadReceipt,
+    ReceiptCheck,
+    ReceiptFacts,
+    Reconciliation,
+    WaitGrace,
+    after_grace,
+    after_inspection,
+    after_receipt,
+    authority,
+    completion_submission,
+    first_step,
+)
+from runners.worker.ports import Inspector
+
+__all__ = [
+    "DEFAULT_GRACE_MS",
+    "MAX_GRACE_MS",
+    "ReceiptEvidencePort",
+    "Reconciler",
+    "Reconciliation",
+]
+
+#: §3.11 step 4 [decision B-52: default 100 ms], at most 5 s (the §6.3 budget table).
+DEFAULT_GRACE_MS: Final = budget_for(Profile.WORKER).receipt_publish_grace_ms or 0
+MAX_GRACE_MS: Final = HARD_LIMITS.receipt_publish_grace_max_ms
+
+
+class ReceiptEvidencePort(Protocol):
+    """The completion receipts as recovery reads them (`ReceiptEvidence` on POSIX)."""
+
+    def check(self, record: JournalRecord) -> tuple[ReceiptCheck, ReceiptFacts | None]:
+        """Read the receipt of the record's Attempt and authenticate it (RV-1..RV-5)."""
+        ...
+
+    def delete(self, attempt_id: str) -> bool:
+        """Delete idempotently (missing is success); `False` when the deletion failed."""
+        ...
+
+
+class Reconciler:
+    """§3.11: receipt first; the inspector only when there is no receipt."""
+
+    def __init__(
+        self,
+        receipts: ReceiptEvidencePort,
+        inspector: Inspector,
+        *,
+        grace_ms: int = DEFAULT_GRACE_MS,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if type(grace_ms) is not int or not 0 <= grace_ms <= MAX_GRACE_MS:
+            raise ValueError(f"receipt publish grace must be 0..{MAX_GRACE_MS} ms")
+        self._receipts = receipts
+        self._inspector = inspector
+        self._grace_ms = grace_ms
+        self._sleep = sleep
+
+    def __repr__(self) -> str:
+        return f"Reconciler(grace_ms={self._grace_ms})"
+
+    def reconcile(
+        self,
+        record: JournalRecord,
+        observed_at_ms: int,
+        runtime: WorkerSession,
+        view: ControlPlaneView | None = None,
+    ) -> Reconciliation:
+        step = first_step()
+        receipt = ReceiptCheck.ABSENT
+        inspection: HandleInspection | None = None
+        reads = probes = 0
+        while not isinstance(step, Concluded):
+            if isinstance(step, ReadReceipt):
+                reads += 1
+                try:
+                    receipt, facts = self._receipts.check(record)
+                except Exception:  # the port failed: a read error, never an absence
+                    receipt, facts = ReceiptCheck.READ_FAILED, None
+                step = after_receipt(record, step.phase, receipt, facts)
+            elif isinstance(step, Inspect):
+                probes += 1
+                try:
+                    inspection = HandleInspection(self._inspector.inspect(step.executor_handle))
+                except Exception:  # probe error: explicit unknown, never `exited`
+                    inspection = HandleInspection.PROBE_FAILED
+                step = after_inspection(inspection)
+            elif isinstance(step, WaitGrace):
+                self._sleep(self._grace_ms / 1000)
+                step = after_grace()
+        value = authority(record, runtime, observed_at_ms)
+        return Reconciliation(
+            offer_id=record.offer_id,
+            attempt_id=record.offer.lease.attempt_id,
+            state=record.state,
+            revision=record.revision,
+            evidence=step.evidence,
+            authority=value,
+            submission=completion_submission(step.evidence, value, view),
+            receipt=receipt,
+            inspection=inspection,
+            receipt_reads=reads,
+            probes=probes,
+        )
