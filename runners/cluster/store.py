@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import psycopg
 from psycopg import errors, sql
+from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
 from kernel import (
@@ -42,6 +43,8 @@ Projection = dict[str, list[dict[str, Any]]]
 
 #: Integrity failures that mean "another writer got there first", never a success.
 STALE_ERRORS: Final = (errors.UniqueViolation, errors.ForeignKeyViolation)
+#: Session states a failed command can leave behind on an unpooled connection (PG-10).
+_MID_COMMAND: Final = frozenset({TransactionStatus.ACTIVE, TransactionStatus.UNKNOWN})
 
 _TABLES: tuple[tuple[str, str], ...] = (
     ("runs", "project_runs"),
@@ -194,7 +197,11 @@ class ClusterStore(SqlSources):
     def _open(self) -> psycopg.Connection[Any]:
         if self._conn is None:
             raise psycopg.InterfaceError("the store is closed")
-        if self._conn.broken:  # terminated by the server: its transaction rolled back there
+        if self._conn.broken or self._conn.info.transaction_status in _MID_COMMAND:
+            # Terminated by the server (its transaction rolled back there), or left mid-command
+            # by a failure whose answer the client never read ("another command is already in
+            # progress"): neither can carry the next transaction (PG-10). A session inside a
+            # transaction (INTRANS) is a caller's own, never replaced under it.
             self._conn.close()
             self._conn = self._connect()
         return self._conn
