@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +53,14 @@ from kernel import (
 from kernel.commands import COMMAND_TYPES
 from kernel.outcomes import Raced, Rejected, Replayed
 from kernel.specs.budgets import Paging
+from kernel.specs.cadence import (
+    CADENCE_TABLE,
+    CadenceRefused,
+    CadenceState,
+    CadenceStep,
+    CadenceTrigger,
+    cadence_config,
+)
 from kernel.specs.codes import Code
 from kernel.specs.diagrams import DIAGRAMS
 from kernel.specs.inbox_lifecycle import INBOX_TABLE, InboxState, InboxTrigger
@@ -81,6 +91,13 @@ from kernel.worker.journal import (
     journal_step,
 )
 from kernel.worker.record import JournalRecord
+from runners.lifecycle import (
+    CadenceLifecycle,
+    CycleContext,
+    DaemonScheduler,
+    Scheduler,
+    SteppedScheduler,
+)
 from runners.worker.inbox_lifecycle import RecoveryReport, WorkerExecutionOfferInboxLifecycle
 from runners.worker.journal.file import FileJournal
 from runners.worker.journal.lock import (
@@ -587,6 +604,141 @@ def _inbox_walk(base: Path) -> Walk:
     return walk
 
 
+# -- Cadence lifecycle: the real CadenceLifecycle, driven through its public calls -------------
+def _wait_for(condition: Callable[[], bool], what: str) -> None:
+    # Another thread's call reached the lifecycle's decision: bounded, never a fixed sleep.
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, f"waited 30 s for {what}"
+        time.sleep(0.001)
+
+
+def _cadence_state(lifecycle: CadenceLifecycle[None]) -> CadenceState:
+    return lifecycle.state  # a call: a type checker does not carry one reading past a call
+
+
+def _cadence_walk() -> Walk:
+    """Seven scenarios through `start()`, `run_once()`, `stop()`, timer ticks (a stale tick is
+    the timer's callback called again) and cycles returning, with other threads' calls made
+    from inside a cycle. Every decision is read from the lifecycle's `trace`; after each public
+    call the lifecycle holds the state the decision named. `settled` and `timed_out` in a state
+    with no cycle in flight cannot come from the public calls: they are fired at the
+    lifecycle's own decision (`_fire`), which must refuse."""
+    walk = Walk()
+    decisions: list[tuple[CadenceState, CadenceTrigger]] = []
+
+    def trace(source: CadenceState, trigger: CadenceTrigger, step: object) -> None:
+        decisions.append((source, trigger))
+        if isinstance(step, CadenceRefused):
+            walk.refuse(source, trigger)
+        else:
+            assert isinstance(step, CadenceStep)
+            walk.took(source, trigger, step.target)
+
+    def make(
+        cycle: Callable[[CycleContext], None], scheduler: Scheduler | None = None
+    ) -> tuple[CadenceLifecycle[None], Scheduler]:
+        scheduler = SteppedScheduler() if scheduler is None else scheduler
+        config = cadence_config(1_000, stop_timeout_ms=5_000, initial_delay_ms=250)
+        return CadenceLifecycle("walk", cycle, config, scheduler=scheduler, trace=trace), scheduler
+
+    def poke(lifecycle: CadenceLifecycle[None], *triggers: CadenceTrigger) -> None:
+        for trigger in triggers:
+            before = lifecycle.state
+            with lifecycle._lock:
+                lifecycle._fire(trigger)
+            assert lifecycle.state is before
+
+    def in_thread(
+        call: Callable[[], object], source: CadenceState, trigger: CadenceTrigger
+    ) -> None:
+        threading.Thread(target=call, daemon=True).start()
+        _wait_for(lambda: (source, trigger) in decisions, f"{trigger} in {source}")
+
+    no_cycle = (CadenceTrigger.SETTLED, CadenceTrigger.TIMED_OUT)
+
+    # 1. inert, waiting, running, stopped through the public calls on one lifecycle.
+    def cycle_1(_context: CycleContext) -> None:
+        first.start()
+        first._tick()  # a stale timer: refused while the cycle runs
+        poke(first, CadenceTrigger.TIMED_OUT)
+
+    first, stepped = make(cycle_1)
+    assert isinstance(stepped, SteppedScheduler)
+    poke(first, CadenceTrigger.TICK, *no_cycle)
+    first.start()
+    first.start()
+    poke(first, *no_cycle)
+    stepped.advance(250)
+    assert _cadence_state(first) is CadenceState.WAITING
+    first.run_once()
+    first.stop()
+    assert _cadence_state(first) is CadenceState.STOPPED
+    for refused in (first.start, first.run_once):
+        assert isinstance(refused(), CadenceRefused)
+        assert _cadence_state(first) is CadenceState.STOPPED
+    first._tick()
+    first.stop()
+    poke(first, *no_cycle)
+    # 2. stop on an inert lifecycle.
+    make(lambda _context: None)[0].stop()
+
+    # 3. a hand-driven (manual) cycle joined by another run_once.
+    def cycle_3(_context: CycleContext) -> None:
+        third._tick()
+        poke(third, CadenceTrigger.TIMED_OUT)
+        in_thread(third.run_once, CadenceState.MANUAL, CadenceTrigger.RUN_ONCE)
+
+    third, _ = make(cycle_3)
+    third.run_once()
+    assert _cadence_state(third) is CadenceState.INERT
+
+    # 4. started while a manual cycle runs: the timer comes when it settles.
+    def cycle_4(_context: CycleContext) -> None:
+        fourth.start()
+
+    fourth_scheduler = SteppedScheduler()
+    fourth, _ = make(cycle_4, fourth_scheduler)
+    fourth.run_once()
+    assert _cadence_state(fourth) is CadenceState.WAITING
+    assert fourth_scheduler.pending_ms == 1_000
+
+    # 5. stopped while a manual cycle runs, on a real scheduler: stopping, then drained.
+    def cycle_5(_context: CycleContext) -> None:
+        in_thread(fifth.stop, CadenceState.MANUAL, CadenceTrigger.STOP)
+        for refused in (fifth.start, fifth.run_once):
+            assert isinstance(refused(), CadenceRefused)
+        fifth._tick()
+        in_thread(fifth.stop, CadenceState.STOPPING, CadenceTrigger.STOP)
+
+    fifth, _ = make(cycle_5, DaemonScheduler("walk"))
+    fifth.run_once()
+    _wait_for(lambda: _cadence_state(fifth) is CadenceState.STOPPED, "the stop to drain")
+    assert fifth.stop().drained
+
+    # 6. stopped from inside its own timer cycle: the wait times out; the cycle settles late.
+    def cycle_6(_context: CycleContext) -> None:
+        assert not sixth.stop().drained
+
+    sixth, sixth_scheduler = make(cycle_6)
+    sixth.start()
+    assert isinstance(sixth_scheduler, SteppedScheduler)
+    assert sixth_scheduler.advance(250) == 1
+    assert _cadence_state(sixth) is CadenceState.STOPPED
+
+    # 7. a timer cycle joined by a run_once.
+    def cycle_7(_context: CycleContext) -> None:
+        in_thread(seventh.run_once, CadenceState.RUNNING, CadenceTrigger.RUN_ONCE)
+
+    seventh, seventh_scheduler = make(cycle_7)
+    seventh.start()
+    assert isinstance(seventh_scheduler, SteppedScheduler)
+    assert seventh_scheduler.advance(250) == 1
+    poke(seventh, *no_cycle)
+    seventh.stop()
+    return walk
+
+
 # -- the walk --------------------------------------------------------------------------------------
 WALKED: list[Any] = [
     # The Run-side walks share the breadth-first exploration of the kernel (about 12 s).
@@ -596,6 +748,7 @@ WALKED: list[Any] = [
     pytest.param(JOURNAL_TABLE, marks=pytest.mark.spec("INBOX-01"), id="journal"),
     pytest.param(OWNERSHIP_TABLE, marks=pytest.mark.spec("INBOX-21", "INBOX-22"), id="ownership"),
     pytest.param(INBOX_TABLE, marks=pytest.mark.spec("INBOX-28"), id="inbox"),
+    pytest.param(CADENCE_TABLE, marks=pytest.mark.spec("CAD-13"), id="cadence"),
 ]
 
 
@@ -606,6 +759,8 @@ def _walk(table: AnyTable, request: pytest.FixtureRequest, base: Path) -> Walk:
         return _ownership_walk(base)
     if table is INBOX_TABLE:
         return _inbox_walk(base)
+    if table is CADENCE_TABLE:
+        return _cadence_walk()
     steps = _kernel_steps(request.getfixturevalue("exploration"))
     walkers = ((RUN_TABLE, _run_walk), (ATTEMPT_TABLE, _attempt_walk), (LEASE_TABLE, _lease_walk))
     return next(walker for known, walker in walkers if known is table)(steps)

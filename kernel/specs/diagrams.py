@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from kernel.specs.cadence import CADENCE_TABLE
 from kernel.specs.inbox_lifecycle import INBOX_TABLE
 from kernel.specs.journal import JOURNAL_TABLE, TRIGGER_REASONS
 from kernel.specs.journal_ownership import OWNERSHIP_TABLE
@@ -16,7 +17,7 @@ from kernel.specs.table import Table
 from kernel.specs.tables import ATTEMPT_TABLE, LEASE_TABLE, RUN_TABLE
 
 #: Every machine's table with the module that holds it and what its heading says, in the order
-#: of the document (the Run side, then the Worker side).
+#: of the document (the Run side, the Worker side, then the lifecycles).
 DIAGRAMS: Final[tuple[tuple[str, Table[Any, Any], str], ...]] = (
     ("Run", RUN_TABLE, "kernel/specs/tables.py"),
     ("Attempt (the latest Attempt a command addresses)", ATTEMPT_TABLE, "kernel/specs/tables.py"),
@@ -28,6 +29,7 @@ DIAGRAMS: Final[tuple[tuple[str, Table[Any, Any], str], ...]] = (
     ("Journal record (SPEC §3.6)", JOURNAL_TABLE, "kernel/specs/journal.py"),
     ("Journal ownership (SPEC §3.9)", OWNERSHIP_TABLE, "kernel/specs/journal_ownership.py"),
     ("Inbox lifecycle (SPEC §3.10)", INBOX_TABLE, "kernel/specs/inbox_lifecycle.py"),
+    ("Cadence lifecycle (SPEC §6.1, L-1..L-9)", CADENCE_TABLE, "kernel/specs/cadence.py"),
 )
 
 

@@ -1,9 +1,10 @@
-"""The committed state diagrams are exactly what the six tables generate."""
+"""The committed state diagrams are exactly what the seven tables generate."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from kernel.specs.cadence import CADENCE_TABLE
 from kernel.specs.diagrams import DIAGRAMS, render
 from kernel.specs.inbox_lifecycle import INBOX_TABLE
 from kernel.specs.journal import JOURNAL_TABLE
@@ -22,9 +23,17 @@ def test_committed_diagrams_match_the_tables() -> None:
 
 
 def test_every_machine_has_a_diagram_of_every_edge() -> None:
-    """Six machines, one diagram each, every edge drawn (as one arrow per source and target)."""
+    """Seven machines, one diagram each, every edge drawn (as one arrow per source and target)."""
     tables = [table for _title, table, _module in DIAGRAMS]
-    expected = [RUN_TABLE, ATTEMPT_TABLE, LEASE_TABLE, JOURNAL_TABLE, OWNERSHIP_TABLE, INBOX_TABLE]
+    expected = [
+        RUN_TABLE,
+        ATTEMPT_TABLE,
+        LEASE_TABLE,
+        JOURNAL_TABLE,
+        OWNERSHIP_TABLE,
+        INBOX_TABLE,
+        CADENCE_TABLE,
+    ]
     assert [id(t) for t in tables] == [id(t) for t in expected]
     document = render()
     assert document.count("```mermaid") == len(expected)
