@@ -239,6 +239,11 @@ class ProfileBudget:
     # Local scheduler (§4.2, ADR-0229 §1).
     scheduler_cadence_ms: int | None
     scheduler_cancellation: Paging | None
+    # [decision TK-13] The trigger-schedule phase (O-3's "schedule", issue 15): due schedules read,
+    # and fires admitted, per cycle (`max_items`: 4 on edge every 5 s, 64 on standalone every 1 s).
+    # §6.3 has no row for it; hard limit "64 per page" like the other local scheduler phases.
+    # None where there is no local scheduler (cluster, worker).
+    scheduler_trigger_schedule: Paging | None
     scheduler_frontier: Paging | None
     scheduler_task_admission: Paging | None
     scheduler_dispatch_activations: int | None
@@ -378,6 +383,7 @@ _EDGE: Final = ProfileBudget(
     claimed_dispatcher=ClaimedDispatcherBudget(1, Paging(8, 1)),  # ADR-0021 §5.5: 1; 8 x 1 page
     scheduler_cadence_ms=5_000,  # D B-71: 5 s
     scheduler_cancellation=Paging(4, 1),  # ADR-0229 §1: 4 x 1
+    scheduler_trigger_schedule=Paging(4, 1),  # D TK-13: 4 x 1 (§6.3 has no row)
     scheduler_frontier=Paging(1, 1),  # ADR-0229 §1: 1 x 1
     scheduler_task_admission=Paging(1, 1),  # ADR-0229 §1: 1 x 1
     scheduler_dispatch_activations=1,  # ADR-0229 §1, B-27
@@ -419,6 +425,7 @@ _STANDALONE: Final = ProfileBudget(
     claimed_dispatcher=ClaimedDispatcherBudget(1, Paging(8, 1)),  # ADR-0021 §5.5: 1; 8 x 1 page
     scheduler_cadence_ms=1_000,  # D B-71: 1 s
     scheduler_cancellation=Paging(32, 4),  # ADR-0229 §1: 32 x 4
+    scheduler_trigger_schedule=Paging(16, 4),  # D TK-13: 16 x 4 (§6.3 has no row)
     scheduler_frontier=Paging(16, 4),  # ADR-0229 §1: 16 x 4
     scheduler_task_admission=Paging(16, 4),  # ADR-0229 §1: 16 x 4
     scheduler_dispatch_activations=4,  # ADR-0229 §1, B-27
@@ -459,6 +466,7 @@ _CLUSTER: Final = ProfileBudget(
     claimed_dispatcher=None,
     scheduler_cadence_ms=None,
     scheduler_cancellation=None,
+    scheduler_trigger_schedule=None,
     scheduler_frontier=None,
     scheduler_task_admission=None,
     scheduler_dispatch_activations=None,
@@ -492,6 +500,7 @@ _WORKER: Final = ProfileBudget(
     claimed_dispatcher=None,
     scheduler_cadence_ms=None,
     scheduler_cancellation=None,
+    scheduler_trigger_schedule=None,
     scheduler_frontier=None,
     scheduler_task_admission=None,
     scheduler_dispatch_activations=None,

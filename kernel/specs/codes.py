@@ -159,6 +159,15 @@ class Code(enum.StrEnum):
     ACK_VERSION_RETRIES_EXHAUSTED = "ACK_VERSION_RETRIES_EXHAUSTED"  # §3.5: 3 tries in all
     PREPARE_FAILED = "PREPARE_FAILED"  # §3.5 step 6 refused (start_failure_code)
     START_REFUSED = "START_REFUSED"  # Executor.start() refused explicitly (start_failure_code)
+    # -- tasks and schedules (issue 15, kernel/task, decisions TK-n) -----------------------
+    TASK_NAME_INVALID = "TASK_NAME_INVALID"
+    TASK_ARGV_INVALID = "TASK_ARGV_INVALID"
+    TASK_CWD_INVALID = "TASK_CWD_INVALID"
+    TASK_ENV_INVALID = "TASK_ENV_INVALID"
+    TASK_CRON_INVALID = "TASK_CRON_INVALID"
+    TASK_DEADLINE_INVALID = "TASK_DEADLINE_INVALID"
+    TASK_NOT_FOUND = "TASK_NOT_FOUND"
+    TASK_REMOVED = "TASK_REMOVED"
     # -- Approved Action (Appendix A) -----------------------------------------------------
     CURSOR_STALLED = "cursor_stalled"
     PAGE_LIMIT = "page_limit"

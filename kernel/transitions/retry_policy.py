@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import icontract
 
+from kernel.commands import PolicyDefinition
 from kernel.specs.codes import Code
 from kernel.specs.limits import (
     BACKOFF_EXPONENT_CAP,
@@ -15,6 +16,7 @@ from kernel.specs.limits import (
     MAX_ATTEMPTS_MAX,
     MAX_ATTEMPTS_MIN,
 )
+from kernel.specs.states import Safety
 
 
 def _delay(backoff_base_ms: int, backoff_max_ms: int, attempt_number: int) -> int:
@@ -66,3 +68,18 @@ def policy_limits_code(max_attempts: int, backoff_base_ms: int, backoff_max_ms: 
 def retry_enabled(retry_on_lost: bool, max_attempts: int) -> bool:
     """A-4 / R1: retry is enabled iff `retry_on_lost and max_attempts > 1`."""
     return retry_on_lost and max_attempts > 1
+
+
+def admission_policy_code(policy: PolicyDefinition) -> Code | None:
+    """A-3 then A-4 on a provider's policy: `INVALID_RUN_RETRY_POLICY` outside the limits,
+    `RUN_RETRY_POLICY_UNSAFE` for an enabled policy with `unknown` safety, else None.
+
+    The one statement of the admission-time policy rule: `admit_run` refuses with this code, and a
+    task definition carrying a policy is refused with the same code when it is written (issue 15,
+    `kernel.task`), so a task can never hold a policy its fires would be refused for."""
+    invalid = policy_limits_code(policy.max_attempts, policy.backoff_base_ms, policy.backoff_max_ms)
+    if invalid is not None:
+        return invalid
+    if retry_enabled(policy.retry_on_lost, policy.max_attempts) and policy.safety is Safety.UNKNOWN:
+        return Code.RUN_RETRY_POLICY_UNSAFE
+    return None

@@ -7,8 +7,8 @@ from kernel.contracts import transition
 from kernel.entities import Attempt, Run, RunAggregate, RunRetryPolicy
 from kernel.outcomes import Outcome, Rejected, Replayed
 from kernel.specs.codes import Code
-from kernel.specs.states import Actor, AttemptStatus, RunStatus, Safety
-from kernel.transitions.retry_policy import policy_limits_code, retry_enabled
+from kernel.specs.states import Actor, AttemptStatus, RunStatus
+from kernel.transitions.retry_policy import admission_policy_code
 from kernel.transitions.transaction import Tx
 
 
@@ -61,16 +61,9 @@ def admit_run(aggregate: RunAggregate | None, command: AdmitRun, observed_at_ms:
         return Rejected(Code.RUN_ID_CONFLICT)
     policy_def = command.provider_policy
     if policy_def is not None:
-        invalid = policy_limits_code(
-            policy_def.max_attempts, policy_def.backoff_base_ms, policy_def.backoff_max_ms
-        )
-        if invalid is not None:
-            return Rejected(invalid)
-        if (
-            retry_enabled(policy_def.retry_on_lost, policy_def.max_attempts)
-            and policy_def.safety is Safety.UNKNOWN
-        ):
-            return Rejected(Code.RUN_RETRY_POLICY_UNSAFE)  # A-4, B-15: nothing is written
+        refused = admission_policy_code(policy_def)
+        if refused is not None:
+            return Rejected(refused)  # A-3, A-4 (B-15): nothing is written
     now = observed_at_ms
     run = _new_run(command, RunStatus.QUEUED, now)
     tx = Tx.create(run, command.name, now)

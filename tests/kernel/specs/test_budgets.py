@@ -71,6 +71,8 @@ EXPECTED_ROWS: dict[str, tuple[object, object, object, object]] = {
     ),
     "Local scheduler | cadence": (5 * S, 1 * S, None, None),
     "Local scheduler: cancellation convergence | page size x pages": ((4, 1), (32, 4), None, None),
+    # [decision TK-13] Not a §6.3 row: the trigger-schedule phase of O-3 (issue 15).
+    "Local scheduler: trigger schedule | page size x pages": ((4, 1), (16, 4), None, None),
     "Local scheduler: frontier | page size x pages": ((1, 1), (16, 4), None, None),
     "Local scheduler: Task Attempt admission | page size x pages": ((1, 1), (16, 4), None, None),
     "Local scheduler: dispatch | activations per cycle": (1, 4, None, None),
@@ -170,6 +172,9 @@ def _rows(b: ProfileBudget) -> dict[str, object]:
         "Local scheduler: cancellation convergence | page size x pages": _cell(
             b.scheduler_cancellation
         ),
+        "Local scheduler: trigger schedule | page size x pages": _cell(
+            b.scheduler_trigger_schedule
+        ),
         "Local scheduler: frontier | page size x pages": _cell(b.scheduler_frontier),
         "Local scheduler: Task Attempt admission | page size x pages": _cell(
             b.scheduler_task_admission
@@ -224,6 +229,7 @@ _READ_FIELDS = {
     "claimed_dispatcher",
     "scheduler_cadence_ms",
     "scheduler_cancellation",
+    "scheduler_trigger_schedule",
     "scheduler_frontier",
     "scheduler_task_admission",
     "scheduler_dispatch_activations",
@@ -350,7 +356,12 @@ def test_every_value_satisfies_its_hard_limit(profile: Profile) -> None:
     if b.claimed_dispatcher is not None:
         assert b.claimed_dispatcher.activations_per_call >= 1
         _paging_within(b.claimed_dispatcher.scan, hard.claimed_dispatcher_scan)
-    for phase in (b.scheduler_cancellation, b.scheduler_frontier, b.scheduler_task_admission):
+    for phase in (
+        b.scheduler_cancellation,
+        b.scheduler_trigger_schedule,
+        b.scheduler_frontier,
+        b.scheduler_task_admission,
+    ):
         if phase is not None:
             _paging_within(phase, hard.scheduler_phase)
     if b.scheduler_dispatch_activations is not None:
@@ -397,7 +408,12 @@ def test_every_value_satisfies_its_hard_limit(profile: Profile) -> None:
 @pytest.mark.parametrize("profile", PROFILES, ids=[p.value for p in PROFILES])
 def test_table_values_pass_the_validation_helpers(profile: Profile) -> None:
     b = BUDGETS[profile]
-    for phase in (b.scheduler_cancellation, b.scheduler_frontier, b.scheduler_task_admission):
+    for phase in (
+        b.scheduler_cancellation,
+        b.scheduler_trigger_schedule,
+        b.scheduler_frontier,
+        b.scheduler_task_admission,
+    ):
         if phase is not None:
             assert check_paging(phase.page_size, phase.pages, field="p", hard_pages=None) == phase
     aa = b.approved_action
@@ -548,7 +564,12 @@ def test_per_call_products_within_hard_products(profile: Profile) -> None:
             hard_product = limit.max_items
             assert hard_product is not None
             assert paging.max_items <= hard_product
-    for phase in (b.scheduler_cancellation, b.scheduler_frontier, b.scheduler_task_admission):
+    for phase in (
+        b.scheduler_cancellation,
+        b.scheduler_trigger_schedule,
+        b.scheduler_frontier,
+        b.scheduler_task_admission,
+    ):
         if phase is not None:
             assert phase.page_size <= hard.scheduler_phase.page_size_max
             assert hard.scheduler_phase.max_items is None  # only "64 per page" is stated

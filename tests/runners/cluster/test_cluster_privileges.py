@@ -128,7 +128,7 @@ def _snapshot(conn: psycopg.Connection[Any]) -> dict[str, list[tuple[Any, ...]]]
 
 
 def _seeded(conn: psycopg.Connection[Any]) -> None:
-    assert migrate(conn) == [1, 2]
+    assert migrate(conn) == [1, 2, 3]
     with conn.transaction():
         for statement in SEED:
             conn.execute(statement)
@@ -268,7 +268,7 @@ def test_schemas_migrating_at_once_all_get_the_role_step(pg_schema: Schema, pg_d
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(other)))
     try:
         results = _migrate_in_threads(pg_dsn, [first, *others])
-        assert results == [[1, 2]] * 4
+        assert results == [[1, 2, 3]] * 4
         for schema in (first, *others):
             row = conn.execute(
                 "SELECT has_schema_privilege(%(r)s, %(s)s, 'USAGE'),"
@@ -286,7 +286,7 @@ def _role_step_as(role: str) -> str:
     """Migration 0002 with the role renamed, so a test can start from a role that does not
     exist yet without touching `ql3_worker_ingress`, which other schemas of the same server use
     (it can never be dropped while parallel tests migrate)."""
-    (_, role_step) = migrations()
+    role_step = migrations()[1]
     assert role_step.name == "0002_worker_ingress_role"
     return role_step.text.replace(ROLE, role)
 

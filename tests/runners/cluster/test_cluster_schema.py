@@ -75,7 +75,7 @@ def test_the_cluster_schema_has_the_edge_schemas_tables_columns_and_indexes(
     order (the kernel entity fields), and the same named indexes besides PostgreSQL's own key
     indexes (`*_pkey`, `*_key`)."""
     conn, name = pg_schema
-    assert migrate(conn) == [1, 2]
+    assert migrate(conn) == [1, 2, 3]
     cluster = _objects(conn, name)
     edge = _edge_objects(tmp_path / "edge.sqlite3")
     assert cluster["tables"] == edge["tables"]
@@ -87,14 +87,15 @@ def test_the_cluster_schema_has_the_edge_schemas_tables_columns_and_indexes(
 
 def test_migration_records_its_version_and_rerunning_is_a_no_op(pg_schema: Schema) -> None:
     conn, name = pg_schema
-    assert migrate(conn) == [1, 2]
+    assert migrate(conn) == [1, 2, 3]
     before = _objects(conn, name)
-    initial, role = migrations()
+    initial, role, tasks = migrations()
     assert conn.execute(
         "SELECT version, name, checksum FROM schema_version ORDER BY version"
     ).fetchall() == [
         (1, "0001_initial", initial.checksum),
         (2, "0002_worker_ingress_role", role.checksum),
+        (3, "0003_tasks", tasks.checksum),
     ]
     assert migrate(conn) == []
     assert _objects(conn, name) == before
@@ -110,7 +111,10 @@ def test_a_changed_or_unknown_migration_is_refused(pg_schema: Schema) -> None:
         "UPDATE schema_version SET checksum = %(c)s WHERE version = 1",
         {"c": migrations()[0].checksum},
     )
-    conn.execute("INSERT INTO schema_version VALUES (3, '0003_future', %(c)s)", {"c": "1" * 64})
+    future = len(migrations()) + 1
+    conn.execute(
+        "INSERT INTO schema_version VALUES (%(v)s, 'future', %(c)s)", {"v": future, "c": "1" * 64}
+    )
     with pytest.raises(MigrationError, match="newer"):
         migrate(conn)
 
@@ -153,4 +157,4 @@ def test_replicas_migrating_at_once_apply_the_migration_exactly_once(
     for thread in threads:
         thread.join(timeout=60)
     assert errors == []
-    assert sorted(results) == [[], [], [], [1, 2]]
+    assert sorted(results) == [[], [], [], [1, 2, 3]]

@@ -73,6 +73,7 @@ from runners.edge.migrate import MigrationError, migrate, migrations, split_stat
 from runners.edge.named_sql import SOURCES, STATEMENTS, SqlFileError, parse_sections
 from runners.edge.projection import read_only_uri
 from runners.edge.store import EdgeStore, EdgeTransaction
+from runners.edge.tasks import TASKS
 from runners.engine import StaleWrite, Storage, StorageTransaction, execute, load_for
 from runners.sources import Sources
 from tests.support.sim import callback_token, lease_token, worker_session
@@ -225,6 +226,9 @@ ENTITY_TABLES: dict[str, type] = {
     "run_dispatch_leases": Lease,
     "events": Event,
 }
+#: The task store's tables (migration 0002, issue 15): not the Run domain, and not used by
+#: recovery or lost retry; they leave the Run tables above exactly as §1.1 has them.
+TASK_TABLES = frozenset({"tasks", "task_revisions", "task_schedules"})
 
 
 #: Every index of the created schema and what needs it. The first two are §1.1's own; each other
@@ -235,6 +239,7 @@ SCHEMA_INDEXES: dict[str, tuple[str, str] | None] = {
     "run_dispatch_leases_one_leased": None,  # §1.1: at most one leased row per Attempt
     "runs_by_status": ("sources", "local_dispatch_candidates"),  # also cancel convergence
     "run_dispatch_leases_by_run": ("statements", "select_leases_of_run"),  # aggregate load
+    "task_schedules_by_due": ("tasks", "due_schedules"),  # the schedule phase (issue 15)
 }
 
 
@@ -251,7 +256,7 @@ def test_the_created_schema_is_the_run_domain_of_1_1(tmp_path: Path) -> None:
             "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name"
         ).fetchall()
         tables = {name for kind, name in objects if kind == "table"}
-        assert tables == set(ENTITY_TABLES) | {"schema_version"}
+        assert tables == set(ENTITY_TABLES) | {"schema_version"} | TASK_TABLES
         for table, entity in ENTITY_TABLES.items():
             columns = [
                 row[1] for row in conn.execute("SELECT * FROM pragma_table_info(?)", (table,))
@@ -268,11 +273,11 @@ def test_the_created_schema_is_the_run_domain_of_1_1(tmp_path: Path) -> None:
             if user is None:
                 continue
             kind, name = user
-            statement = (SOURCES if kind == "sources" else STATEMENTS)[name]
+            statement = {"sources": SOURCES, "statements": STATEMENTS, "tasks": TASKS}[kind][name]
             params = dict.fromkeys(re.findall(r":(\w+)", statement), 1)
             rows = conn.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()
             assert any(index in str(row[3]) for row in rows), (index, name, rows)
-    assert [m.name for m in migrations()] == ["0001_initial"]
+    assert [m.name for m in migrations()] == ["0001_initial", "0002_tasks"]
 
 
 @pytest.mark.spec("CAD-16")
@@ -315,10 +320,9 @@ def test_migration_records_its_version_and_rerunning_is_a_no_op(tmp_path: Path) 
     store = EdgeStore(path)
     store.close()
     before = dump(path)
-    (initial,) = migrations()
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         assert conn.execute("SELECT version, name, checksum FROM schema_version").fetchall() == [
-            (1, "0001_initial", initial.checksum)
+            (m.version, m.name, m.checksum) for m in migrations()
         ]
         assert migrate(conn) == []
     EdgeStore(path).close()  # opening again migrates nothing either
@@ -337,7 +341,7 @@ def test_a_changed_or_unknown_migration_is_refused(tmp_path: Path) -> None:
             "UPDATE schema_version SET checksum = ? WHERE version = 1",
             (migrations()[0].checksum,),
         )
-        conn.execute("INSERT INTO schema_version VALUES (2, '0002_future', ?)", ("1" * 64,))
+        conn.execute("INSERT INTO schema_version VALUES (3, '0003_future', ?)", ("1" * 64,))
     with pytest.raises(MigrationError, match="newer"):
         EdgeStore(path)
 

@@ -1,0 +1,1 @@
+"""The local application (edge, standalone): scheduler phases, launcher and assembly."""
