@@ -198,7 +198,8 @@ def orphaned_created_candidates(
 def cancel_convergence_candidates(
     aggregates: Iterable[RunAggregate], limit: int
 ) -> Page[tuple[int, str]]:
-    """§1.9 (D-6): runtime-owned ordinary Runs with an intent and no live execution, in
+    """§1.9 (D-6): runtime-owned ordinary Runs with an intent and no live execution (including
+    Appendix E-1: a started remote Attempt whose lease T9 released), in
     `(cancel_requested_at_ms, run_id)` order. Workflow Runs are not selected."""
 
     def select(agg: RunAggregate) -> Candidate[tuple[int, str]] | None:

@@ -16,8 +16,9 @@ Every state is checked with `check_invariants(agg, events)` (I-1..I-9, with the 
 path that first reached it); every transition with the kernel's own step check
 (`kernel.contracts.step_violations`: V-1..V-4, I-5, effects) and with the model's oracles
 (`model_tests.oracle`: fence identity codes, the expiry rows T7..T10 with E-1, the lost-retry
-table R1..R6, the T1 guards); and every applied transition is delivered a second time (a lost
-response) and must give the replay outcome of its row. Transitions use the pure kernel
+table R1..R6, the T1 guards, cancellation convergence with Appendix E-1); and every applied
+transition is delivered a second time (a lost response) and must give the replay outcome of its
+row. Transitions use the pure kernel
 directly: there is no store to fault here.
 """
 
@@ -274,6 +275,11 @@ def check_transition(agg: RunAggregate | None, command: Command, at: int, outcom
         allowed = oracle.grant_allowed(agg, command, at)
         require((kind == "applied") == allowed, "T1", f"grant {kind} {code}")
         checks += 1
+    elif isinstance(command, ConvergeCancel):
+        want = oracle.expected_converge(agg, command.run_id, at)
+        spec = "E-1" if agg is not None and oracle.authority_revoked(agg) else "§1.9"
+        require((kind, code) == want, spec, f"convergence {kind} {code}, want {want}")
+        checks += 1
     return checks
 
 
@@ -319,6 +325,12 @@ def explore(horizon_ms: int = HORIZON_MS, max_states: int = 500_000) -> Exhausti
             result.transitions += 1
             result.invariant_checks += check_transition(agg, command, now, outcome)
             result.outcomes[f"{command.name} {outcome.kind.value} {outcome.code.value}"] += 1
+            if (  # Appendix E-1, reached and checked
+                isinstance(command, ConvergeCancel)
+                and agg is not None
+                and oracle.authority_revoked(agg)
+            ):
+                result.outcomes[f"E-1 {outcome.kind.value} {outcome.code.value}"] += 1
             if isinstance(outcome, Applied):
                 result.applied += 1
                 result.invariant_checks += check_replay(agg, command, now, outcome)

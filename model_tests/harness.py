@@ -96,6 +96,8 @@ class MachineCounts:
     commands: int = 0
     invariant_checks: int = 0
     instances: int = 0
+    # Applied convergences of a Run whose remote authority T9 revoked (Appendix E-1), checked.
+    revoked_convergences: int = 0
 
 
 @dataclass
@@ -1017,15 +1019,20 @@ class Harness:
             )
 
     def _check_converge(self, rec: Record, target: RunAggregate | None) -> None:
+        """§1.9 and Appendix E-1: the outcome is the oracle's; an applied convergence ends the
+        Run (and a claimed or revoked Attempt) with the intent's status, creates no Attempt,
+        leaves no leased lease and no policy cursor; the E-1 case (a started remote Attempt
+        whose lease T9 released) says `stop_unverified: true` on the Run's Event, nothing else
+        does."""
+        run_id = rec.command.run_id if rec.command is not None else ""
+        kind, code = oracle.expected_converge(target, run_id, rec.at_ms)
+        require(
+            (rec.kind, rec.code) == (kind, code.value),
+            "E-1" if target is not None and oracle.authority_revoked(target) else "§1.9",
+            f"convergence expected {kind} {code}: {rec.where()}",
+        )
         if rec.kind != "applied":
             return
-        require(
-            target is not None
-            and target.run.has_cancel_intent
-            and oracle.no_live_execution(target),
-            "§1.9",
-            f"converged without an intent or with a live execution: {rec.where()}",
-        )
         assert target is not None
         after = rec.after.agg(target.run.run_id)
         assert after is not None
@@ -1034,10 +1041,30 @@ class Harness:
         require(
             after.run.status is final
             and (after.policy is None or after.policy.next_attempt_at_ms is None)
-            and (latest is None or after.leased_lease(latest.attempt_id) is None),
+            and (latest is None or after.leased_lease(latest.attempt_id) is None)
+            and len(after.attempts) == len(target.attempts),
             "RETRY-11",
             f"convergence must end {final}: {rec.where()}",
         )
+        revoked = oracle.authority_revoked(target)
+        new_events = rec.after.events.get(run_id, ())[len(rec.before.events.get(run_id, ())) :]
+        flagged = [e.type for e in new_events if ("stop_unverified", True) in e.payload]
+        if revoked:
+            self.counts.revoked_convergences += 1
+            old_latest = target.latest_attempt
+            assert old_latest is not None
+            assert latest is not None
+            require(
+                latest.attempt_id == old_latest.attempt_id
+                and latest.status.value == final.value
+                and latest.finished_at_ms == rec.at_ms
+                and after.leases == target.leases
+                and flagged == [f"run.{final}"],
+                "E-1",
+                f"E-1 convergence wrote attempt {latest.status}, events {flagged}: {rec.where()}",
+            )
+        else:
+            require(not flagged, "E-1", f"stop_unverified without E-1: {rec.where()}")
 
     def _check_activation(
         self, rec: Record, command: ActivateLocal, target: RunAggregate | None

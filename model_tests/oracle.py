@@ -42,6 +42,7 @@ from kernel.specs.states import (
     CancelReason,
     LeaseStatus,
     Profile,
+    ReleaseReason,
     RunKind,
     RunOwner,
     RunStatus,
@@ -336,18 +337,61 @@ def cancel_final_status(reason: CancelReason | None) -> RunStatus:
     return RunStatus.TIMED_OUT if reason is CancelReason.TIMEOUT else RunStatus.CANCELLED
 
 
+def authority_revoked(aggregate: RunAggregate) -> bool:
+    """Appendix E-1: a `dispatching`/`running` Run whose latest Attempt is `starting` or
+    `running` and whose lease row of the Attempt's current generation is `released` with
+    reason `lease_expired` (T9): no Worker holds authority over it any more."""
+    run = aggregate.run
+    latest = aggregate.latest_attempt
+    if (
+        run.status not in (RunStatus.DISPATCHING, RunStatus.RUNNING)
+        or latest is None
+        or latest.status not in (AttemptStatus.STARTING, AttemptStatus.RUNNING)
+    ):
+        return False
+    rows = [
+        lease
+        for lease in aggregate.leases
+        if lease.attempt_id == latest.attempt_id
+        and lease.lease_generation == latest.lease_generation
+    ]
+    return any(
+        lease.status is LeaseStatus.RELEASED and lease.release_reason is ReleaseReason.LEASE_EXPIRED
+        for lease in rows
+    )
+
+
 def no_live_execution(aggregate: RunAggregate) -> bool:
     """§1.9: `created`, `queued`, `lost`, `retry_wait`, or `dispatching` with a `claimed`
-    Attempt (activation commits before spawn, so nothing can run)."""
+    Attempt (activation commits before spawn, so nothing can run); E-1: or a started remote
+    Attempt whose authority T9 revoked."""
     run = aggregate.run
     latest = aggregate.latest_attempt
     if run.status in (RunStatus.CREATED, RunStatus.QUEUED, RunStatus.LOST, RunStatus.RETRY_WAIT):
+        return True
+    if authority_revoked(aggregate):
         return True
     return (
         run.status is RunStatus.DISPATCHING
         and latest is not None
         and latest.status is AttemptStatus.CLAIMED
     )
+
+
+def expected_converge(aggregate: RunAggregate | None, run_id: str, at_ms: int) -> tuple[str, Code]:
+    """The outcome (kind, code) of `converge_cancel` (§1.9, E-1, V-5; codes R-11, R-15)."""
+    if aggregate is None or aggregate.run.run_id != run_id:
+        return "rejected", Code.RUN_NOT_FOUND
+    run = aggregate.run
+    if run.status.terminal:
+        return "replayed", Code.ALREADY_TERMINAL
+    if not run.has_cancel_intent:
+        return "rejected", Code.NO_CANCEL_INTENT
+    if not no_live_execution(aggregate):
+        return "rejected", Code.LIVE_EXECUTION
+    if at_ms < run.updated_at_ms:
+        return "rejected", Code.CLOCK_REGRESSION
+    return "applied", Code.CONVERGED
 
 
 # -- replays (RUN-03, LEASE-03, RETRY-09, RETRY-18, REC-11) -----------------------------------

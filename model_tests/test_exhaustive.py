@@ -33,4 +33,6 @@ def test_every_reachable_state_keeps_every_invariant() -> None:
     }
     assert result.outcomes["lost_retry_step applied failed_exhausted"] > 0
     assert result.outcomes["lost_retry_step applied requeued"] > 0
+    # Appendix E-1: cancel while started, the lease expires (T9), convergence applies.
+    assert result.outcomes["E-1 applied converged"] > 0
     assert result.invariant_checks > result.transitions

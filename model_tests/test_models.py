@@ -98,3 +98,8 @@ def test_ci_budget_runs_at_least_50000_model_steps() -> None:
     )
     assert steps >= MIN_TOTAL_STEPS.get(profile, 1), f"{steps} steps under {profile}"
     assert checks > steps  # every step is followed by the invariants
+    # Appendix E-1: the lifecycle model cancels while running, lets the lease expire (T9) and
+    # converges, and the harness checked each such convergence (`_check_converge`).
+    revoked = STATS.of(RunLifecycleMachine.NAME).revoked_convergences
+    print(f"E-1 convergences checked: {revoked}")
+    assert revoked > 0

@@ -5,7 +5,10 @@
 Every checklist item of SPEC §1.12, §2.6, §3.18 and §6.5 ("- RUN-01 [ADR-0021; PBT] ...") and
 every Appendix D addition ("CAD-15 [ADR-0380 §3; CONF]") must be registered with the same
 bracketed source and the same test kinds (SPEC §0.2), and the registry must hold no id the SPEC
-does not list (S-1 of §0.4 is the one registered rule that is not a checklist item). Exit 0 when
+does not list (S-1 of §0.4 is the one registered rule that is not a checklist item). An Appendix
+E decision ("- E-1 Title ... CONF trace on both runners ...") that asks for a test of a kind
+("CONF trace", "PBT test") is an item too: it has no bracket, so its source is "Appendix E" and
+its kinds are the ones it names; a decision that names none (E-2 .. E-8 today) is not. Exit 0 when
 they agree, 1 with one line per problem, 2 when the SPEC cannot be read.
 
 The SPEC lives outside this repository (`shared/` beside the clone), so this is a step of
@@ -29,6 +32,8 @@ from kernel.specs.properties import PROPERTIES, Property
 
 __all__ = [
     "APPENDIX_D_HEADING",
+    "APPENDIX_E_HEADING",
+    "APPENDIX_E_SOURCE",
     "CHECKLIST_HEADINGS",
     "DEFAULT_SPEC",
     "NOT_IN_CHECKLISTS",
@@ -46,6 +51,9 @@ CHECKLIST_HEADINGS: Final = (
     "### 6.5 Checklist",
 )
 APPENDIX_D_HEADING: Final = "## Appendix D."
+APPENDIX_E_HEADING: Final = "## Appendix E."
+#: The registry's source of an Appendix E item (the appendix gives no bracketed source).
+APPENDIX_E_SOURCE: Final = "Appendix E"
 #: Registered ids that no checklist lists: the redaction rule of §0.4.
 NOT_IN_CHECKLISTS: Final = frozenset({"S-1"})
 
@@ -53,6 +61,10 @@ NOT_IN_CHECKLISTS: Final = frozenset({"S-1"})
 _ITEM: Final = re.compile(r"^\s*- ([A-Z0-9]+-\d+) \[([^\]]+)\]", re.MULTILINE)
 # An Appendix D addition: "CAD-15 [ADR-0380 §3; CONF]" anywhere in the appendix.
 _ADDED: Final = re.compile(r"\b([A-Z0-9]+-\d+) \[([^\]]+); ([A-Z+]+)\]")
+# An Appendix E decision: "- E-1 Title ..." up to the next list item or heading.
+_DECISION: Final = re.compile(r"^- (E-\d+) (.*?)(?=^- |^#|\Z)", re.MULTILINE | re.DOTALL)
+# The test it asks for: "CONF trace on both runners", "a PBT test".
+_ASKED: Final = re.compile(r"\b(PBT|CONF|LIFE) (?:trace|test)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +109,14 @@ def spec_items(text: str) -> tuple[dict[str, SpecItem], list[str]]:
     else:
         for pid, source, kinds in _ADDED.findall(appendix):
             items[pid] = SpecItem(pid, " ".join(source.split()), frozenset(kinds.split("+")))
+    decisions = _section(text, APPENDIX_E_HEADING)
+    if decisions is None:
+        problems.append(f"SPEC: no section {APPENDIX_E_HEADING!r}")
+    else:
+        for pid, body in _DECISION.findall(decisions):
+            asked = frozenset(_ASKED.findall(" ".join(body.split())))
+            if asked:
+                items[pid] = SpecItem(pid, APPENDIX_E_SOURCE, asked)
     return items, problems
 
 

@@ -1,7 +1,9 @@
 """The property registry: every SPEC checklist id this project must test, with its owning issue.
 
 Covers SPEC §1.12 (RUN, LEASE, RETRY), §2.6 (REC), §6.5 (CAD), the Appendix D additions (D-1 CAD-15,
-D-16 CAD-16..18, RETRY-19..21, INBOX-43, INBOX-44, WF-19) and the redaction rule S-1 of §0.4.
+D-16 CAD-16..18, RETRY-19..21, INBOX-43, INBOX-44, WF-19), the Appendix E decisions that ask for
+a CONF trace (E-1; source "Appendix E": the appendix gives no bracketed source) and the redaction
+rule S-1 of §0.4.
 
 - `kind` is the SPEC's test kind set (§0.2): PBT (Hypothesis over the pure kernel), CONF
   (conformance against real storage) and LIFE (lifecycle with an injected clock).
@@ -12,9 +14,10 @@ D-16 CAD-16..18, RETRY-19..21, INBOX-43, INBOX-44, WF-19) and the redaction rule
 
 Issue assignment: 2 = kernel + property tests (every item with PBT in §1.12/§2.6, CAD-11, CAD-12,
 CAD-17, RETRY-19, S-1); 4 = edge runner and conformance (pure CONF items of §1.12/§2.6, CAD-16);
-5 = cluster runner (REC-01, REC-02, REC-06, REC-13, RETRY-20, CAD-06, CAD-07, CAD-18); 6 = worker
-inbox (INBOX-*, CAD-15: receipts live there); 7 = lifecycles (the remaining CAD items, RETRY-21:
-the local dispatcher is assembled by the dispatch phase); 8 = workflow (WF-19).
+5 = cluster runner (REC-01, REC-02, REC-06, REC-13, RETRY-20, CAD-06, CAD-07, CAD-18; and E-1,
+whose CONF trace runs on both runners); 6 = worker inbox (INBOX-*, CAD-15: receipts live there);
+7 = lifecycles (the remaining CAD items, RETRY-21: the local dispatcher is assembled by the
+dispatch phase); 8 = workflow (WF-19).
 """
 
 from __future__ import annotations
@@ -403,6 +406,12 @@ _ALL: Final = (
     # RETRY-21 belongs with the dispatch phase that assembles the dispatcher (issue 7, E-4).
     _p("RETRY-21", "PBT", "ADR-0021 §5.5", 7,
        "The local dispatcher deep-copies the ExecutionSpec and rejects a non-advancing cursor."),
+    # -- Appendix E (binding decisions of the second review) that name a CONF trace ----------
+    # E-1 closes decision R-2; its trace runs on both runners, so it is the cluster runner's
+    # issue (5), the first at which both runners exist.
+    _p("E-1", "CONF", "Appendix E", 5,
+       "A Run with an intent whose started remote Attempt's lease expired (T9) converges to "
+       "cancelled/timed_out in one transaction, stop_unverified; no Attempt is created."),
     # -- §0.4 Redaction rule ---------------------------------------------------------------------
     _p("S-1", "PBT", "§0.4", 2,
        "No raw token, command line or ExecutionSpec appears in results, Events, errors, logs, "

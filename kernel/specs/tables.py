@@ -1,4 +1,5 @@
-"""The Run, Attempt and Run dispatch lease tables (SPEC §1.7-§1.9, §2; ARCHITECTURE rule 2).
+"""The Run, Attempt and Run dispatch lease tables (SPEC §1.7-§1.9, §2, Appendix E-1;
+ARCHITECTURE rule 2).
 
 Each is a `Table` over a status enum and `CommandName`: for every `(status before, command)` row,
 the statuses the entity may hold after an `Applied` outcome of that command. A missing pair is
@@ -105,6 +106,7 @@ RUN_TABLE: Final = Table.of("Run", RunStatus, CommandName, {
         CommandName.COMPLETE_LOCAL:         _RUN_OUTCOMES,                                 # L3
         CommandName.RECORD_LOCAL_STOP:      _RUN_CANCELLED,                                # L4 L5
         CommandName.REQUEST_CANCEL:         RunStatus.RUNNING,                             # §1.9
+        CommandName.CONVERGE_CANCEL:        _RUN_CANCELLED,                                # E-1
         CommandName.RECOVER_LOCAL_STARTUP:  _RUN_OUTCOMES_OR_LOST,                         # §2.2
         CommandName.RECOVER_RUNTIME:        _RUN_OUTCOMES_OR_LOST,                         # §2.3
     },
@@ -147,6 +149,7 @@ ATTEMPT_TABLE: Final = Table.of("Attempt", AttemptStatus, CommandName, {
         CommandName.RECORD_LOCAL_HANDLE:    AttemptStatus.RUNNING,                         # L2
         CommandName.COMPLETE_LOCAL:         _ATTEMPT_OUTCOMES,                             # L3
         CommandName.REQUEST_CANCEL:         AttemptStatus.STARTING,                        # §1.9
+        CommandName.CONVERGE_CANCEL:        _ATTEMPT_CANCELLED,                            # E-1
         CommandName.RECOVER_LOCAL_STARTUP:  _ATTEMPT_OUTCOMES_OR_LOST,                     # §2.2
         CommandName.RECOVER_RUNTIME:        _ATTEMPT_OUTCOMES_OR_LOST,                     # §2.3
     },
@@ -157,6 +160,7 @@ ATTEMPT_TABLE: Final = Table.of("Attempt", AttemptStatus, CommandName, {
         CommandName.COMPLETE_LOCAL:         _ATTEMPT_OUTCOMES,                             # L3
         CommandName.RECORD_LOCAL_STOP:      _ATTEMPT_CANCELLED,                            # L4 L5
         CommandName.REQUEST_CANCEL:         AttemptStatus.RUNNING,                         # §1.9
+        CommandName.CONVERGE_CANCEL:        _ATTEMPT_CANCELLED,                            # E-1
         CommandName.RECOVER_LOCAL_STARTUP:  _ATTEMPT_OUTCOMES_OR_LOST,                     # §2.2
         CommandName.RECOVER_RUNTIME:        _ATTEMPT_OUTCOMES_OR_LOST,                     # §2.3
     },

@@ -22,6 +22,7 @@ from kernel import (
     AdmitRun,
     CancelReason,
     CompletionOutcome,
+    ConvergeCancel,
     CreateRun,
     ExpireWithLease,
     FailOrphanedCreated,
@@ -784,3 +785,89 @@ def retry_20(s: Scenario) -> None:
     s.lost_retry_page({"scanned": 0}, fail_closed=True)
     s.now = policy.next_attempt_at_ms
     s.lost_retry_page({"scanned": 1, "requeued": 1}, fail_closed=True)
+
+
+# -- Appendix E (binding decisions of the second review) -----------------------------------------
+@scenario(
+    "E-1-cancel-after-lease-expiry-converges-cancelled",
+    "E-1: cancel while running (r1, user) and while starting (r2, timeout); the leases expire "
+    "and T9 only releases them; the next convergence selects both (and not r3, whose lease is "
+    "still live) and ends each in one transaction: Attempt and Run cancelled (timed_out for the "
+    "timeout intent), run.cancelled / run.timed_out with stop_unverified true, no new Attempt. "
+    "A crash or an I/O error at any statement of that transaction writes nothing. The old "
+    "Worker's later completion is refused by the fence (the lease is released).",
+)
+def e_1(s: Scenario) -> None:
+    w = worker()
+    a1 = s.launched("r1", w, NO_BACKOFF)
+    a2 = s.admit("r2", NO_BACKOFF)
+    s.grant("r2", a2, w)
+    s.starting("r2", a2, w)
+    a3 = s.launched("r3", w, None)
+    s.do(RequestCancel("r1", CancelReason.USER, Actor.USER), "applied")
+    s.tick(1)
+    s.do(RequestCancel("r2", CancelReason.TIMEOUT, Actor.SYSTEM), "applied")
+    s.tick(1)
+    s.do(RequestCancel("r3", CancelReason.USER, Actor.USER), "applied")
+    f1 = s.fence("r1", a1, w)
+    f2 = s.fence("r2", a2, w)
+    s.query("cancel_convergence", [])
+    s.do(ConvergeCancel("r1"), "rejected:LIVE_EXECUTION")
+    s.tick(LEASE_MS - 3)
+    s.renew("r3", a3, w)
+    s.tick(1)
+    # Expired but not yet released: still a live execution.
+    s.query("cancel_convergence", [])
+    s.do(ConvergeCancel("r1"), "rejected:LIVE_EXECUTION")
+    s.expire("r1", a1, expect="applied:released")  # T9
+    s.expire("r2", a2, expect="applied:released")  # T9
+    assert s.agg("r1").run.status.value == "running"
+    assert s.agg("r2").run.status.value == "dispatching"
+    s.tick(1)
+    s.query("cancel_convergence", ["r1"], limit=1, has_more=True)
+    s.query("cancel_convergence", ["r1", "r2"])
+    s.all_faults(ConvergeCancel("r1"))
+    s.do(ConvergeCancel("r1"), "applied:converged")
+    s.do(ConvergeCancel("r2"), "applied:converged", fault=CRASH_AFTER)
+    s.do(ConvergeCancel("r2"), "replayed:already_terminal")
+    s.query("cancel_convergence", [])
+    s.tick(1)
+    late = s.completion("r1", a1, w, f1, outcome=CompletionOutcome.CANCELLED, exit_code=None)
+    s.do(late, "rejected:LEASE_NOT_LEASED")
+    timed_out = s.completion("r2", a2, w, f2, outcome=CompletionOutcome.TIMED_OUT, exit_code=None)
+    s.do(timed_out, "rejected:LEASE_NOT_LEASED")
+    s.do(RenewLease("r1", a1, f1, w, LEASE_MS), "rejected:LEASE_NOT_LEASED")
+    for run_id, final in (("r1", "cancelled"), ("r2", "timed_out")):
+        agg = s.agg(run_id)
+        assert agg.run.status.value == final
+        assert [a.status.value for a in agg.attempts] == [final]
+    assert s.agg("r3").run.status.value == "running"
+
+
+@scenario(
+    "E-1-cluster-revoked-run-converges-without-evidence",
+    "E-1 on cluster (D-6): cancel while running; the lease expires and is released (T9); the "
+    "runtime recovery source still selects the started Attempt and, without evidence, leaves it "
+    "(evidence_required); the cancellation convergence that follows in the same cycle ends it "
+    "cancelled with stop_unverified true; recovery no longer selects it and the old Worker's "
+    "completion is refused by the fence.",
+    profile=Profile.CLUSTER,
+)
+def e_1_cluster(s: Scenario) -> None:
+    w = worker()
+    aid = s.launched("r1", w, NO_BACKOFF)
+    s.do(RequestCancel("r1", CancelReason.USER, Actor.USER), "applied")
+    fence = s.fence("r1", aid, w)
+    s.tick(LEASE_MS)
+    s.expire("r1", aid, expect="applied:released")  # T9
+    s.query("runtime_recovery", ["r1"])
+    s.do(RecoverRuntime("r1", aid, None), "replayed:evidence_required")
+    s.lost_retry_page({"scanned": 0}, fail_closed=True)
+    s.query("cancel_convergence", ["r1"])
+    s.do(ConvergeCancel("r1"), "applied:converged")
+    s.query("runtime_recovery", [])
+    s.query("cancel_convergence", [])
+    s.do(s.completion("r1", aid, w, fence), "rejected:LEASE_NOT_LEASED")
+    agg = s.agg("r1")
+    assert agg.run.status.value == "cancelled"
+    assert [a.status.value for a in agg.attempts] == ["cancelled"]

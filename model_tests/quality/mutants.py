@@ -267,6 +267,17 @@ def _probe_converge() -> list[Step]:
     return [*started(), (at, RequestCancel(RUN, CancelReason.USER)), (at, ConvergeCancel(RUN))]
 
 
+def _probe_revoked() -> list[Step]:
+    """Appendix E-1: cancel while starting, the lease expires (T9 releases it), converge."""
+    at = T0 + LEASE_MS
+    return [
+        *started(),
+        (T0 + 2, RequestCancel(RUN, CancelReason.USER)),
+        (at, ExpireWithLease(RUN, A1, 1, Profile.EDGE)),
+        (at + 1, ConvergeCancel(RUN)),
+    ]
+
+
 def _probe_recovery() -> list[Step]:
     return [*started(), (T0 + LEASE_MS, RecoverRuntime(RUN, A1, None))]
 
@@ -493,6 +504,34 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         _probe_converge,
+    ),
+    Mutant(
+        "converge_ignores_revoked_authority",
+        "E-1",
+        "Appendix E-1: a started remote Attempt whose lease T9 released has no live execution",
+        "has_no_live_execution drops the E-1 clause: such a Run stays running forever (R-2)",
+        (
+            SourcePatch(
+                CANCELLATION,
+                "    return claimed or has_revoked_remote_authority(aggregate)\n",
+                "    return claimed\n",
+            ),
+        ),
+        _probe_revoked,
+    ),
+    Mutant(
+        "revoked_convergence_keeps_attempt_started",
+        "E-1",
+        "Appendix E-1: one transaction ends the Attempt too (`cancelled` / `timed_out`)",
+        "converge_cancel ends only a claimed Attempt: the revoked one stays started",
+        (
+            SourcePatch(
+                CANCELLATION,
+                "    ended = latest if claimed or revoked else None\n",
+                "    ended = latest if claimed else None\n",
+            ),
+        ),
+        _probe_revoked,
     ),
     Mutant(
         "recovery_without_evidence_marks_lost",

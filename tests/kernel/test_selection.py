@@ -26,6 +26,7 @@ from kernel import (
     FailOrphanedCreated,
     LeaseStatus,
     Raced,
+    ReleaseReason,
     RunAggregate,
     RunKind,
     RunOwner,
@@ -196,20 +197,40 @@ def spec_orphaned_created(aggs: Sequence[RunAggregate], process_started: int) ->
 
 def spec_cancel_convergence(aggs: Sequence[RunAggregate], now: int) -> list[Item]:
     """§1.9: runtime ordinary Runs with an intent and no live execution (created, queued, lost,
-    retry_wait, or dispatching with a claimed Attempt); order (cancel_requested_at, run_id)."""
+    retry_wait, or dispatching with a claimed Attempt; E-1: or a dispatching / running Run whose
+    starting / running Attempt's current lease was released `lease_expired`, T9); order
+    (cancel_requested_at, run_id)."""
     rows: list[tuple[tuple[int, str], Item]] = []
     for agg in aggs:
         run = agg.run
         latest = agg.latest_attempt
-        no_live = run.status in (
-            RunStatus.CREATED,
-            RunStatus.QUEUED,
-            RunStatus.LOST,
-            RunStatus.RETRY_WAIT,
-        ) or (
-            run.status is RunStatus.DISPATCHING
+        current = (
+            agg.lease(latest.attempt_id, latest.lease_generation)
+            if latest is not None and latest.lease_generation is not None
+            else None
+        )
+        revoked = (
+            run.status in (RunStatus.DISPATCHING, RunStatus.RUNNING)
             and latest is not None
-            and latest.status is AttemptStatus.CLAIMED
+            and latest.status in (AttemptStatus.STARTING, AttemptStatus.RUNNING)
+            and current is not None
+            and current.status is LeaseStatus.RELEASED
+            and current.release_reason is ReleaseReason.LEASE_EXPIRED
+        )
+        no_live = (
+            run.status
+            in (
+                RunStatus.CREATED,
+                RunStatus.QUEUED,
+                RunStatus.LOST,
+                RunStatus.RETRY_WAIT,
+            )
+            or (
+                run.status is RunStatus.DISPATCHING
+                and latest is not None
+                and latest.status is AttemptStatus.CLAIMED
+            )
+            or revoked
         )
         if _runtime_ordinary(agg) and run.cancel_requested_at_ms is not None and no_live:
             rows.append(((run.cancel_requested_at_ms, run.run_id), (run.run_id, None)))

@@ -50,6 +50,12 @@ Run and Events
 
 - D-1 Local execution path. CAD-15 [ADR-0380 §3; CONF]: cleanup never deletes a receipt
   of a non-terminal Attempt.
+
+## Appendix E. Decisions of the second review
+
+- E-1 Cancellation after revoked remote authority. The Run converges. CONF
+  trace on both runners: cancel while running, lease expires.
+- E-2 Journal ownership after a crash: no test kind named, so not an item.
 """
 
 EXPECTED = {
@@ -60,6 +66,7 @@ EXPECTED = {
     "INBOX-01": SpecItem("INBOX-01", "ADR-0021", frozenset({"PBT", "LIFE"})),
     "CAD-01": SpecItem("CAD-01", "§6.1", frozenset({"LIFE"})),
     "CAD-15": SpecItem("CAD-15", "ADR-0380 §3", frozenset({"CONF"})),
+    "E-1": SpecItem("E-1", "Appendix E", frozenset({"CONF"})),
 }
 
 
@@ -110,6 +117,21 @@ def test_a_missing_or_empty_checklist_is_a_problem_not_a_silent_pass(heading: st
     )
 
 
+@pytest.mark.parametrize("heading", ["## Appendix D.", "## Appendix E."])
+def test_a_missing_appendix_is_a_problem(heading: str) -> None:
+    renamed = EXCERPT.replace(heading, "## Appendix Z.")
+    assert f"SPEC: no section {heading!r}" in registry_problems(renamed, _registry(EXPECTED))
+
+
+def test_an_appendix_e_decision_is_an_item_only_when_it_asks_for_a_test() -> None:
+    """E-1 names its CONF trace (wrapped across a line); E-2 names no test kind."""
+    items, _ = spec_items(EXCERPT)
+    assert items["E-1"] == SpecItem("E-1", "Appendix E", frozenset({"CONF"}))
+    assert "E-2" not in items
+    both = EXCERPT.replace("- E-2 Journal ownership", "- E-2 A PBT test and a CONF trace:")
+    assert spec_items(both)[0]["E-2"].kinds == frozenset({"PBT", "CONF"})
+
+
 def _spec_of_the_registry() -> str:
     """A SPEC text whose checklists list exactly the real registry (minus S-1)."""
     lines = [heading + "\n" for heading in CHECKLIST_HEADINGS]
@@ -121,7 +143,7 @@ def _spec_of_the_registry() -> str:
     lines[0] += "\n".join(items)
     for index in range(1, len(lines)):
         lines[index] += "- X-1 [a; PBT] keeps the section non-empty (X-1 is then extra)"
-    return "\n".join(lines) + "\n## Appendix D. Review corrections\n"
+    return "\n".join(lines) + "\n## Appendix D. Review corrections\n\n## Appendix E. Decisions\n"
 
 
 def test_main_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

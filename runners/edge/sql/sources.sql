@@ -157,22 +157,37 @@ ORDER BY r.created_at_ms, r.run_id
 LIMIT :limit + 1;
 
 -- name: cancel_convergence_candidates
--- §1.9 (D-6): runtime ordinary Runs with an intent and no live execution: created, queued,
--- lost or retry_wait, or dispatching with a `claimed` latest Attempt.
--- Key (cancel_requested_at_ms, run_id).
+-- §1.9 (D-6) and Appendix E-1: runtime ordinary Runs with an intent and no live execution:
+-- created, queued, lost or retry_wait; dispatching with a `claimed` latest Attempt; or
+-- dispatching / running with a `starting` / `running` latest Attempt whose current lease
+-- (attempt_id, Attempt.lease_generation: the primary key) was released `lease_expired` (T9: no
+-- Worker holds authority any more). Key (cancel_requested_at_ms, run_id).
 SELECT r.run_id AS run_id, r.cancel_requested_at_ms AS k0
 FROM runs AS r INDEXED BY runs_by_status
-WHERE r.status IN ('created', 'queued', 'lost', 'retry_wait', 'dispatching')
+WHERE r.status IN ('created', 'queued', 'lost', 'retry_wait', 'dispatching', 'running')
   AND r.cancel_requested_at_ms IS NOT NULL
   AND r.owner = 'runtime'
   AND r.kind = 'ordinary'
   AND (
-      r.status <> 'dispatching'
+      r.status IN ('created', 'queued', 'lost', 'retry_wait')
       OR EXISTS (
           SELECT 1 FROM attempts AS a
           WHERE a.run_id = r.run_id
-            AND a.status = 'claimed'
             AND a.number = (SELECT max(x.number) FROM attempts AS x WHERE x.run_id = r.run_id)
+            AND (
+                (r.status = 'dispatching' AND a.status = 'claimed')
+                OR (
+                    a.status IN ('starting', 'running')
+                    AND EXISTS (
+                        SELECT 1 FROM run_dispatch_leases AS l
+                        WHERE l.attempt_id = a.attempt_id
+                          AND l.lease_generation = a.lease_generation
+                          AND l.run_id = r.run_id
+                          AND l.status = 'released'
+                          AND l.release_reason = 'lease_expired'
+                    )
+                )
+            )
       )
   )
 ORDER BY r.cancel_requested_at_ms, r.run_id

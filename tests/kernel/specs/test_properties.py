@@ -58,12 +58,14 @@ def test_counts_per_family() -> None:
         "CAD": 18,
         "INBOX": 44,
         "WF": 1,
+        "E": 1,  # Appendix E-1 (the Appendix E decisions that name a CONF trace)
         "S": 1,
     }
 
 
 def test_issue_assignment_rules() -> None:
     cluster = {"REC-01", "REC-02", "REC-06", "REC-13", "RETRY-20", "CAD-06", "CAD-07", "CAD-18"}
+    cluster.add("E-1")  # its CONF trace runs on both runners
     for pid, prop in PROPERTIES.items():
         family = pid.rsplit("-", 1)[0]
         if pid in cluster:
@@ -92,6 +94,7 @@ def test_required_ids() -> None:
     assert {"RUN-06", "RETRY-10", "CAD-16", "REC-09"} <= current
     assert {"REC-01", "REC-02", "REC-06", "REC-13", "RETRY-20", "CAD-06", "CAD-07"} <= current
     assert "CAD-18" in current
+    assert "E-1" in current
     assert {f"INBOX-{n:02d}" for n in range(1, 45)} <= current
     assert {"CAD-15", "INBOX-43", "INBOX-44"} <= current
     assert not {"RETRY-21", "CAD-01", "WF-19"} & current

@@ -7,6 +7,8 @@ retry. Every state is reached through kernel transitions.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,6 +27,7 @@ from kernel import (
     CreateRun,
     EffectConflict,
     ExpireWithLease,
+    Fence,
     LeaseStatus,
     LostRetryStep,
     NotRunningEvidence,
@@ -34,6 +37,7 @@ from kernel import (
     RecoverRuntime,
     Rejected,
     ReleaseReason,
+    RenewLease,
     Replayed,
     RequestCancel,
     RunAggregate,
@@ -285,6 +289,127 @@ def test_converge_cancel_with_live_execution_is_rejected(state: str, reason: Can
     assert flow.aggregate == before
 
 
+# -- E-1: cancellation after revoked remote authority ------------------------------------------
+def revoked(state: str, reason: CancelReason, profile: Profile) -> tuple[Flow, Fence]:
+    """Cancel while `state` (starting or running), then the lease expires (T9 on either
+    profile: only the old authority is revoked). Returns the flow and the old Worker's fence."""
+    flow = reach(state)
+    flow.must(RequestCancel(run_id=RUN_ID, reason=reason))
+    old = flow.fence()
+    latest = flow.aggregate.latest_attempt
+    assert latest is not None
+    assert latest.lease_generation is not None
+    before = flow.aggregate
+    expired = flow.must(
+        ExpireWithLease(RUN_ID, latest.attempt_id, latest.lease_generation, profile),
+        flow.now + LEASE_MS + 1,
+    )
+    assert expired.code is Code.RELEASED
+    after = flow.aggregate
+    assert after.run.status is before.run.status
+    assert [a.status for a in after.attempts] == [a.status for a in before.attempts]
+    return flow, old
+
+
+@pytest.mark.spec("E-1", "RUN-03", "RUN-08")
+@settings(max_examples=60)
+@given(
+    st.sampled_from(LIVE),
+    st.sampled_from(CancelReason),
+    st.sampled_from([Profile.EDGE, Profile.STANDALONE, Profile.CLUSTER]),
+    st.integers(0, 10**7),
+)
+def test_converge_cancel_ends_a_run_whose_remote_authority_was_revoked(
+    state: str, reason: CancelReason, profile: Profile, gap: int
+) -> None:
+    """E-1: with an intent, a `starting`/`running` remote Attempt whose lease T9 released
+    (`lease_expired`) has no live authority: `converge_cancel` applies in one transaction:
+    Attempt and Run `cancelled` (`timed_out` for a timeout intent) with `finished_at_ms = now`,
+    the released lease untouched, the policy cursor untouched (there is none), no Attempt
+    created; Events `run.<final>` with `stop_unverified: true`, then `attempt.<final>`, both by
+    the scheduler. The old Worker's completion that arrives later is refused by the fence
+    (`LEASE_NOT_LEASED`), as are its renewal and acknowledgements; every further convergence,
+    expiry, recovery or retry writes nothing."""
+    flow, old = revoked(state, reason, profile)
+    before = flow.aggregate
+    latest = before.latest_attempt
+    assert latest is not None
+    now = flow.now + gap
+    outcome = flow.step(ConvergeCancel(run_id=RUN_ID), now)
+    assert isinstance(outcome, Applied)
+    assert outcome.code is Code.CONVERGED
+    after = outcome.aggregate
+    final = final_status(reason)
+    assert after.run.status is final
+    assert after.run.finished_at_ms == now
+    assert after.run.version == before.run.version + 1
+    assert len(after.attempts) == len(before.attempts)  # no Attempt is ever created
+    ended = after.attempts[-1]
+    assert ended == dataclasses.replace(
+        latest, status=AttemptStatus(final.value), finished_at_ms=now
+    )
+    assert after.leases == before.leases  # released (lease_expired) stays as it is (I-5)
+    assert after.policy == before.policy
+    assert [(e.type, e.actor, e.attempt_id, e.payload) for e in outcome.events] == [
+        (f"run.{final}", Actor.SCHEDULER, None, (("stop_unverified", True),)),
+        (f"attempt.{final}", Actor.SCHEDULER, latest.attempt_id, ()),
+    ]
+    assert check_invariants(after, flow.events) == []
+    late = now + 1
+    outcome_value = (
+        CompletionOutcome.TIMED_OUT
+        if reason is CancelReason.TIMEOUT
+        else CompletionOutcome.CANCELLED
+    )
+    completion = CompleteWithLease(RUN_ID, latest.attempt_id, old, WORKER, 1, outcome_value, 0)
+    assert flow.step(completion, late) == Rejected(Code.LEASE_NOT_LEASED)
+    assert flow.step(RenewLease(RUN_ID, latest.attempt_id, old, WORKER, LEASE_MS), late) == (
+        Rejected(Code.LEASE_NOT_LEASED)
+    )
+    assert flow.step(ConvergeCancel(run_id=RUN_ID), late) == Replayed(Code.ALREADY_TERMINAL)
+    assert flow.step(
+        ExpireWithLease(RUN_ID, latest.attempt_id, old.lease_generation, profile), late
+    ) == Replayed(Code.ALREADY_FINAL)
+    assert flow.step(
+        RecoverRuntime(RUN_ID, latest.attempt_id, NotRunningEvidence()), late
+    ) == Raced(Code.NOT_ELIGIBLE)
+    assert flow.step(LostRetryStep(RUN_ID, "a9"), late) == Raced(Code.NOT_ELIGIBLE)
+    assert flow.aggregate == after
+
+
+@pytest.mark.spec("E-1", "RETRY-11")
+@pytest.mark.parametrize("state", LIVE)
+def test_an_expired_lease_not_yet_released_is_still_a_live_execution(state: str) -> None:
+    """E-1 starts at the release (T9), not at the expiry instant: with an intent, a started
+    Attempt whose lease has run out but is still `leased` (nobody expired it yet) is refused
+    with `LIVE_EXECUTION`; so is one whose lease is live, and nothing is written."""
+    flow = reach(state)
+    flow.must(RequestCancel(run_id=RUN_ID, reason=CancelReason.USER))
+    before = flow.aggregate
+    latest = before.latest_attempt
+    assert latest is not None
+    lease = before.leased_lease(latest.attempt_id)
+    assert lease is not None
+    for at in (flow.now + 1, lease.expires_at_ms, lease.expires_at_ms + 10**6):
+        assert flow.step(ConvergeCancel(run_id=RUN_ID), at) == Rejected(Code.LIVE_EXECUTION)
+    assert flow.aggregate == before
+
+
+@pytest.mark.spec("E-1", "RUN-04")
+@given(st.sampled_from(LIVE), st.integers(1, 10**6))
+def test_e1_convergence_before_the_release_time_is_a_clock_regression(
+    state: str, back: int
+) -> None:
+    """V-5: convergence observed before T9's release (the Run's last change) is
+    `Rejected(CLOCK_REGRESSION)` and writes nothing."""
+    flow, _old = revoked(state, CancelReason.USER, Profile.EDGE)
+    agg = flow.aggregate
+    at = max(0, agg.run.updated_at_ms - back)
+    assert converge_cancel(agg, ConvergeCancel(run_id=RUN_ID), at) == Rejected(
+        Code.CLOCK_REGRESSION
+    )
+
+
 @pytest.mark.spec("RETRY-11")
 @pytest.mark.parametrize("state", NON_TERMINAL)
 def test_converge_cancel_without_intent_is_rejected(state: str) -> None:
@@ -361,8 +486,9 @@ def test_intent_before_requeue_prevents_attempt_n_plus_1(
     lost-retry step, at any time and with any new id, is `Raced(NOT_ELIGIBLE)`; a requeue
     computed from the pre-intent aggregate cannot be persisted over the intent (CAS); the Run
     finally converges to `cancelled` (`timed_out` for reason `timeout`) with Attempts 1..N
-    only. A live execution is first made `lost` (edge T8 is replaced by T9 under an intent, so
-    recovery with trusted not-running evidence resolves it, §2.3)."""
+    only. A live execution's lease first runs out (edge T8 is replaced by T9 under an intent);
+    then recovery with trusted not-running evidence makes it lost (§2.3), or convergence ends it
+    at once (E-1)."""
     flow = Flow()
     flow.admit(provider_policy)
     stale_requeue: Applied | None = None
@@ -408,21 +534,26 @@ def test_intent_before_requeue_prevents_attempt_n_plus_1(
             assert outcome == Raced(Code.NOT_ELIGIBLE)
         assert [(a.number, a.attempt_id) for a in flow.aggregate.attempts] == ids_at_intent
 
-    # Settle a live execution the way the records do, then converge.
+    # Settle a live execution the way the records do, then converge: T9 revokes the old
+    # authority; then either recovery with trusted not-running evidence makes it lost (§2.3),
+    # or convergence ends it at once (E-1).
     latest = flow.aggregate.latest_attempt
     assert latest is not None
     if latest.status in (AttemptStatus.STARTING, AttemptStatus.RUNNING):
-        assert flow.step(ConvergeCancel(run_id=RUN_ID), flow.now) == Rejected(Code.LIVE_EXECUTION)
         if _latest_lease_live(flow.aggregate):
+            assert flow.step(ConvergeCancel(run_id=RUN_ID), flow.now) == Rejected(
+                Code.LIVE_EXECUTION
+            )
             _expire(flow, Profile.EDGE)  # T9: only the old authority is revoked
             assert flow.aggregate.run.status in (RunStatus.DISPATCHING, RunStatus.RUNNING)
-        flow.must(
-            RecoverRuntime(
-                run_id=RUN_ID, attempt_id=latest.attempt_id, evidence=NotRunningEvidence()
-            ),
-            flow.now + 1,
-        )
-        assert flow.aggregate.run.status is RunStatus.LOST
+        if data.draw(st.booleans()):
+            flow.must(
+                RecoverRuntime(
+                    run_id=RUN_ID, attempt_id=latest.attempt_id, evidence=NotRunningEvidence()
+                ),
+                flow.now + 1,
+            )
+            assert flow.aggregate.run.status is RunStatus.LOST
         assert flow.step(LostRetryStep(run_id=RUN_ID, new_attempt_id="a9"), flow.now + 1) == Raced(
             Code.NOT_ELIGIBLE
         )

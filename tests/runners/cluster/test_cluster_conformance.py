@@ -37,19 +37,24 @@ def test_every_applicable_named_trace_replays_without_divergence(pg_dsn: str) ->
     assert any(name.startswith("LEASE-02") for name in passed)
 
 
-#: The named traces of the cluster-only items, each a test that cites its SPEC id.
+#: The named traces of the cluster-only items, and of the items whose CONF trace must pass on
+#: both runners (Appendix E-1, every profile), each a test that cites its SPEC id.
 CLUSTER_ONLY = [
     pytest.param(path, marks=pytest.mark.spec(spec), id=path.stem)
     for path in NAMED
-    if (spec := spec_id_of(path.name)) in {"REC-01", "REC-02", "REC-03", "REC-13", "RETRY-17"}
-    and "cluster" in read_trace(path).header.profile
+    if (
+        (spec := spec_id_of(path.name)) in {"REC-01", "REC-02", "REC-03", "REC-13", "RETRY-17"}
+        and "cluster" in read_trace(path).header.profile
+    )
+    or spec == "E-1"
 ]
 
 
 @pytest.mark.parametrize("path", CLUSTER_ONLY)
 def test_a_cluster_item_trace_replays_on_postgresql(pg_dsn: str, path: Path) -> None:
     """REC-01 / REC-02 (the §2.3 source: exactly the eligible rows, at most `limit`, exact
-    `has_more`, no cursor), REC-03, REC-13 and RETRY-17 (cluster pages fail closed): the
+    `has_more`, no cursor), REC-03, REC-13 and RETRY-17 (cluster pages fail closed), and E-1
+    (cancel while running, the lease expires, the next convergence ends the Run cancelled): the
     SQL of the cluster runner against the oracle, step by step."""
     result = replay(read_trace(path), functools.partial(make_cluster_adapter, pg_dsn))
     assert result.missing_capabilities == ()
@@ -61,7 +66,7 @@ def test_the_cluster_item_traces_are_all_there() -> None:
     paths = [p.values[0] for p in CLUSTER_ONLY]
     ids = sorted({str(spec_id_of(path.name)) for path in paths if isinstance(path, Path)})
     assert len(paths) == len(CLUSTER_ONLY)
-    assert ids == ["REC-01", "REC-02", "REC-03", "REC-13", "RETRY-17"]
+    assert ids == ["E-1", "REC-01", "REC-02", "REC-03", "REC-13", "RETRY-17"]
 
 
 def test_guard_mode_finds_no_stale_write_accepted_by_the_cluster_store(pg_dsn: str) -> None:

@@ -239,6 +239,15 @@ MUTANTS: tuple[Mutant, ...] = (
         hints=("REC-07-workflow-runs-never-selected-by-local-startup",),
     ),
     Mutant(
+        name="cancel_convergence_ignores_revoked_authority",
+        breaks="E-1: the cancellation source skips a started Run whose lease T9 released",
+        table="sources",
+        section="cancel_convergence_candidates",
+        old="AND l.release_reason = 'lease_expired'",
+        new="AND l.release_reason = 'cancelled'",
+        hints=("E-1",),
+    ),
+    Mutant(
         name="update_attempt_keeps_status",
         breaks="the Attempt status is never written (a lost Attempt stays running)",
         table="statements",
