@@ -309,9 +309,10 @@ def test_a_deadlock_is_retried_and_the_command_applies_once(
             )
         )
 
+    pid = store._open().info.backend_pid  # before the runner's statement is in flight (PG-10)
     runner = threading.Thread(target=complete)
     runner.start()
-    _wait_for_lock_wait(pg_schema[0], store)
+    _wait_for_lock_wait(pg_schema[0], pid)
     other.execute("SELECT pg_advisory_xact_lock(%(k)s)", {"k": attempt_lock_key(attempt)})
     other.rollback()
     other.close()
@@ -324,8 +325,10 @@ def test_a_deadlock_is_retried_and_the_command_applies_once(
     assert [e["type"] for e in store.project()["events"]].count("run.succeeded") == 1
 
 
-def _wait_for_lock_wait(conn: psycopg.Connection[Any], store: ClusterStore) -> None:
-    pid = store._open().info.backend_pid
+def _wait_for_lock_wait(conn: psycopg.Connection[Any], pid: int) -> None:
+    """Until the runner's session `pid` waits for a lock. The pid is read before the runner
+    starts: `store._open()` while its statement is in flight would replace that session
+    (PG-10: a session left mid-command is not reused)."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         row = conn.execute(
@@ -368,9 +371,10 @@ def test_a_deadlock_on_every_try_surfaces_as_a_typed_error(
         except BaseException as exc:
             errors.append(exc)
 
+    pid = store._open().info.backend_pid  # before the runner's statement is in flight (PG-10)
     runner = threading.Thread(target=complete)
     runner.start()
-    _wait_for_lock_wait(pg_schema[0], store)
+    _wait_for_lock_wait(pg_schema[0], pid)
     other.execute("SELECT pg_advisory_xact_lock(%(k)s)", {"k": attempt_lock_key(attempt)})
     other.rollback()
     other.close()
