@@ -506,6 +506,8 @@ class LaunchSpec:
     executor_started_at_ms: int
     cwd: str | None = field(default=None, repr=False)
     log_path: str | None = field(default=None, repr=False)
+    #: Environment additions over the executor's environment (a task's `env`); never the token.
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         reason = _spec_reason(self)
@@ -534,6 +536,15 @@ def _spec_reason(spec: LaunchSpec) -> str | None:
             return name
     if not isinstance(token, Secret):
         return "callback_token"
+    for pair in spec.env:
+        if (
+            not isinstance(pair, tuple)
+            or len(pair) != 2
+            or not all(isinstance(part, str) and "\0" not in part for part in pair)
+            or not pair[0]
+            or "=" in pair[0]
+        ):
+            return "env"
     for name, path in (("cwd", spec.cwd), ("log_path", spec.log_path)):
         if path is not None and (not isinstance(path, str) or not os.path.isabs(path)):
             return name
@@ -653,6 +664,8 @@ class PosixExecutor:
         """
         self.reap()
         env = self._env if self._env is not None else dict(os.environ)
+        if spec.env:
+            env = {**env, **dict(spec.env)}
         executable = _resolve_executable(spec, env.get("PATH", os.defpath))
         try:
             self._receipts.check_directory()

@@ -1,0 +1,111 @@
+"""The local execution-control decisions that are not single transitions (SPEC §1.7 L4/L5, §1.9,
+§2.2, Appendix D-1; ADR-0380 §3, O-2).
+
+- `local_stop_candidates`: the selection oracle of the "stop a live process first" source (O-2
+  step 2, L4/L5): runtime ordinary `running` Runs with a cancellation intent whose latest Attempt
+  is a local Attempt `running` under a recorded handle, keyset `(cancel_requested_at_ms, run_id)`.
+  (A Run with an intent and no live execution is `cancel_convergence_candidates`' instead.) The
+  edge runner's SQL is checked against it.
+- `receipt_cleanup_allowed`: D-1 / CAD-15: a slow-cycle cleanup deletes a receipt only when its
+  Attempt is terminal in the database with an equal callback sequence.
+- `launch_registered_evidence`: D-1: a `starting` local Attempt with no launcher registration
+  (the spawn journal line that precedes every spawn) is trusted not-running evidence.
+- `watched_after_startup`: which startup outcomes leave the Attempt watched for its receipt.
+- `startup_budget_exhausted`: D-11: more candidates than the startup total refuses startup
+  before any write.
+- `local_idle`: `qlk serve --until-idle` (issue 15 item 4): nothing queued, running, lost,
+  waiting for retry or due, and no process watched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from kernel.entities import Attempt, RunAggregate
+from kernel.evidence import Inspection
+from kernel.outcomes import Outcome
+from kernel.selection import Candidate, Page, _page
+from kernel.specs.codes import Code
+from kernel.specs.states import AttemptStatus, RunKind, RunOwner, RunStatus
+
+__all__ = [
+    "launch_registered_evidence",
+    "local_idle",
+    "local_stop_candidates",
+    "receipt_cleanup_allowed",
+    "startup_budget_exhausted",
+    "watched_after_startup",
+]
+
+
+def local_stop_candidates(
+    aggregates: Iterable[RunAggregate], limit: int, after: tuple[int, str] | None = None
+) -> Page[tuple[int, str]]:
+    """O-2 step 2 (L4/L5): live local executions a cancellation or timeout intent must stop."""
+
+    def select(agg: RunAggregate) -> Candidate[tuple[int, str]] | None:
+        run = agg.run
+        latest = agg.latest_attempt
+        if (
+            run.owner is RunOwner.RUNTIME
+            and run.kind is RunKind.ORDINARY
+            and run.status is RunStatus.RUNNING
+            and run.cancel_requested_at_ms is not None
+            and latest is not None
+            and latest.status is AttemptStatus.RUNNING
+            and latest.is_local
+            and latest.executor_handle is not None
+        ):
+            return Candidate(
+                run.run_id, latest.attempt_id, (run.cancel_requested_at_ms, run.run_id)
+            )
+        return None
+
+    return _page(aggregates, select, limit, after)
+
+
+def receipt_cleanup_allowed(
+    attempt_status: AttemptStatus | None,
+    attempt_callback_sequence: int | None,
+    receipt_callback_sequence: int,
+) -> bool:
+    """D-1, CAD-15: only a terminal Attempt's receipt, with the same callback sequence (an
+    Attempt the database does not know keeps its receipt: nothing proves it is settled)."""
+    return (
+        attempt_status is not None
+        and attempt_status.terminal
+        and attempt_callback_sequence == receipt_callback_sequence
+    )
+
+
+def launch_registered_evidence(attempt: Attempt, registered: bool) -> Inspection | None:
+    """D-1: for a `starting` Attempt without a handle, no launcher registration means the spawn
+    never began (registration precedes spawn): a trusted not-running report. Otherwise None:
+    inspect the handle as usual (a registered start without a handle is `handle_missing`)."""
+    if attempt.status is AttemptStatus.STARTING and attempt.executor_handle is None:
+        return None if registered else Inspection.NOT_RUNNING
+    return None
+
+
+def startup_budget_exhausted(candidates_counted: int, total_per_startup: int) -> bool:
+    """D-11: the count (of at most `total + 1`) exceeds the per-startup total."""
+    return candidates_counted > total_per_startup
+
+
+#: Startup outcomes after which execution control watches the Attempt for its receipt: `live`
+#: (§2.1 adoption), and `handle_missing` [decision LR-6]: a registered start whose handle fact
+#: (L2) was lost to a crash; the launch wrapper still publishes its receipt, which L3
+#: authenticates from `starting`, so watching it writes nothing until then.
+_WATCHED_AFTER_STARTUP = frozenset({Code.LIVE, Code.HANDLE_MISSING})
+
+
+def watched_after_startup(outcome: Outcome) -> bool:
+    """§2.1, D-1: whether execution control keeps watching the candidate for its receipt."""
+    return outcome.code in _WATCHED_AFTER_STARTUP
+
+
+def local_idle(run_counts: Mapping[RunStatus, int], due_schedules: int, watched: int) -> bool:
+    """Issue 15 item 4 (`--until-idle`): no Run in a non-terminal status (queued, dispatching,
+    running, lost, retry_wait, created), no schedule due, and no process the launcher watches."""
+    unsettled = sum(count for status, count in run_counts.items() if not status.terminal)
+    return unsettled == 0 and due_schedules == 0 and watched == 0

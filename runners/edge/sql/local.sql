@@ -1,0 +1,33 @@
+-- The local application's own reads (runners/local/), beside the Run sources of sources.sql.
+
+-- name: local_stop_candidates
+-- O-2 step 2 (L4/L5), mirrors kernel.local_control.local_stop_candidates: runtime ordinary
+-- `running` Runs with a cancellation intent whose latest Attempt is a local Attempt (it holds a
+-- callback digest and no lease) `running` under a recorded handle. Key (cancel_requested_at_ms,
+-- run_id). Driven by the Run status index: only `running` Runs are read.
+SELECT r.run_id AS run_id, a.attempt_id AS attempt_id, r.cancel_requested_at_ms AS k0
+FROM runs AS r INDEXED BY runs_by_status
+JOIN attempts AS a ON a.run_id = r.run_id
+WHERE r.status = 'running'
+  AND r.cancel_requested_at_ms IS NOT NULL
+  AND r.owner = 'runtime'
+  AND r.kind = 'ordinary'
+  AND a.status = 'running'
+  AND a.callback_token_sha256 IS NOT NULL
+  AND a.executor_handle IS NOT NULL
+  AND a.number = (SELECT max(x.number) FROM attempts AS x WHERE x.run_id = a.run_id)
+ORDER BY r.cancel_requested_at_ms, r.run_id
+LIMIT :limit + 1;
+
+-- name: run_task
+-- The task revision a Run was admitted with (the launcher reads its ExecutionSpec).
+SELECT task_id, task_revision FROM runs WHERE run_id = :run_id;
+
+-- name: attempt_sequence
+-- D-1 cleanup: an Attempt's status and callback sequence, by id.
+SELECT status, callback_sequence FROM attempts WHERE attempt_id = :attempt_id;
+
+-- name: run_status_counts
+-- `qlk serve --until-idle` and `qlk status`: how many Runs are in each status (one scan of the
+-- status index; the kernel's `local_idle` decides what counts as settled).
+SELECT status, count(*) FROM runs INDEXED BY runs_by_status GROUP BY status;

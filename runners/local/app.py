@@ -1,0 +1,176 @@
+"""The local application for the `edge` and `standalone` profiles (SPEC §6.2 O-1..O-4,
+ADR-0380 §3; CAD-01, CAD-08, FP-1, FP-2).
+
+One `EdgeStore` (one SQLite connection, FP-2) serves startup recovery, both lifecycles and the
+task store; one launcher starts and watches the processes. The start and stop sequences are the
+kernel's `LOCAL_START` / `LOCAL_STOP` (O-1: startup recovery, then the first execution-control
+cycle run by hand, then the execution-control lifecycle, then the scheduler; O-4: scheduler
+drain, execution-control drain, storage close); this class maps each named step to its port
+call and performs them in the order given. Concurrent and repeated `stop()` calls share the
+first call's result.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernel import local_idle
+from kernel.specs import (
+    LOCAL_START,
+    LOCAL_STOP,
+    LocalStartStep,
+    Paging,
+    Profile,
+    ProfileBudget,
+    budget_for,
+    cadence_config,
+)
+from runners.edge.store import EdgeStore
+from runners.edge.tasks import EdgeTaskStore
+from runners.lifecycle import (
+    CadenceLifecycle,
+    CycleReport,
+    LifecycleIncident,
+    Scheduler,
+    StopResult,
+)
+from runners.local.control import ControlReport, LocalExecutionControl
+from runners.local.launcher import LocalLauncher, LocalLayout
+from runners.local.reads import run_status_counts
+from runners.local.scheduler import LocalScheduler, SchedulerReport
+from runners.local.startup import StartupReport, local_startup_recovery
+
+__all__ = ["ApplicationStopped", "LocalApplication", "wall_clock_ms"]
+
+#: One due row is enough to know that something is due (`idle`).
+_ANY_DUE = Paging(1, 1)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ApplicationStopped:
+    """O-4's result: whether each lifecycle drained within its stop timeout."""
+
+    scheduler: StopResult
+    control: StopResult
+
+    @property
+    def drained(self) -> bool:
+        return self.scheduler.drained and self.control.drained
+
+
+class LocalApplication:
+    """`qlk serve`: the assembled local runtime on one database file (module docstring).
+
+    `schedulers`, when given, makes each lifecycle's `Scheduler` (tests pass stepped ones);
+    `on_cycle` and `report` receive every cycle report and every absorbed incident.
+    """
+
+    def __init__(
+        self,
+        db: Path,
+        profile: Profile = Profile.STANDALONE,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        schedulers: Callable[[str], Scheduler] | None = None,
+        on_cycle: Callable[[CycleReport[ControlReport | SchedulerReport]], None] | None = None,
+        report: Callable[[LifecycleIncident], None] | None = None,
+    ) -> None:
+        self.budget: ProfileBudget = budget_for(profile)
+        assert self.budget.execution_control_cadence_ms is not None, "a local profile"
+        assert self.budget.scheduler_cadence_ms is not None, "a local profile"
+        assert self.budget.startup_recovery is not None, "a local profile"
+        self.profile = profile
+        self.started_at_ms = clock()
+        self._clock = clock
+        self.layout = LocalLayout(Path(db))
+        self.layout.ensure()
+        self.store = EdgeStore(db)
+        self.tasks = EdgeTaskStore(self.store)
+        self.launcher = LocalLauncher(self.layout)
+        stop_timeout = self.budget.lifecycle_stop_timeout_ms
+        self.control: CadenceLifecycle[ControlReport] = CadenceLifecycle(
+            "execution_control",
+            LocalExecutionControl(self.store, self.launcher, self.budget, clock),
+            cadence_config(self.budget.execution_control_cadence_ms, stop_timeout_ms=stop_timeout),
+            scheduler=None if schedulers is None else schedulers("execution_control"),
+            on_cycle=on_cycle,  # type: ignore[arg-type]  # a ControlReport is one of the two
+            report=report,
+        )
+        self.scheduler: CadenceLifecycle[SchedulerReport] = CadenceLifecycle(
+            "scheduler",
+            LocalScheduler(self.store, self.tasks, self.launcher, self.budget, clock),
+            cadence_config(self.budget.scheduler_cadence_ms, stop_timeout_ms=stop_timeout),
+            scheduler=None if schedulers is None else schedulers("scheduler"),
+            on_cycle=on_cycle,  # type: ignore[arg-type]
+            report=report,
+        )
+        self.startup: StartupReport | None = None
+        self._stop_lock = threading.Lock()
+        self._stopped: ApplicationStopped | None = None
+        self.steps: list[LocalStartStep] = []  # the O-1/O-4 steps performed, in order
+
+    def __repr__(self) -> str:
+        return f"LocalApplication(db={str(self.layout.db)!r}, profile={self.profile.value})"
+
+    # -- O-1 -------------------------------------------------------------------------------------
+    def start(self) -> StartupReport:
+        """O-1, CAD-01.
+
+        :raises StartupRecoveryExhausted: D-11 (nothing written, nothing started).
+        """
+        actions: dict[LocalStartStep, Callable[[], object]] = {
+            LocalStartStep.STARTUP_RECOVERY: self._recover,
+            LocalStartStep.FIRST_CONTROL_CYCLE: self.control.run_once,
+            LocalStartStep.START_CONTROL: self.control.start,
+            LocalStartStep.START_SCHEDULER: self.scheduler.start,
+        }
+        for step in LOCAL_START:
+            actions[step]()
+            self.steps.append(step)
+        assert self.startup is not None
+        return self.startup
+
+    def _recover(self) -> None:
+        assert self.budget.startup_recovery is not None
+        self.startup = local_startup_recovery(
+            self.store, self.launcher, self.budget.startup_recovery, self._clock, self.started_at_ms
+        )
+
+    # -- O-4 -------------------------------------------------------------------------------------
+    def stop(self) -> ApplicationStopped:
+        """O-4, CAD-08: scheduler drain, execution-control drain, storage close; once."""
+        with self._stop_lock:
+            if self._stopped is not None:
+                return self._stopped
+            results: dict[LocalStartStep, StopResult] = {}
+            actions: dict[LocalStartStep, Callable[[], StopResult | None]] = {
+                LocalStartStep.DRAIN_SCHEDULER: self.scheduler.stop,
+                LocalStartStep.DRAIN_CONTROL: self.control.stop,
+                LocalStartStep.CLOSE_STORAGE: self._close,
+            }
+            for step in LOCAL_STOP:
+                result = actions[step]()
+                if result is not None:
+                    results[step] = result
+                self.steps.append(step)
+            self._stopped = ApplicationStopped(
+                results[LocalStartStep.DRAIN_SCHEDULER], results[LocalStartStep.DRAIN_CONTROL]
+            )
+            return self._stopped
+
+    def _close(self) -> None:
+        self.store.close()
+
+    # -- until idle ------------------------------------------------------------------------------
+    def idle(self) -> bool:
+        """The kernel's `local_idle` over the Run counts, the due schedules and the launcher."""
+        due = len(self.tasks.due(self._clock(), _ANY_DUE))
+        return local_idle(run_status_counts(self.store), due, self.launcher.tracked)

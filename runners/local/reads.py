@@ -1,0 +1,47 @@
+"""The local application's reads on the edge store (`runners/edge/sql/local.sql`): the live-stop
+source of O-2 step 2, a Run's task revision, an Attempt's cleanup facts. Each is one read-only
+statement on the store's one connection (FP-2)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from kernel import AttemptStatus, Candidate, Page, RunStatus, check_limit
+from runners.edge.named_sql import load
+from runners.edge.store import EdgeStore
+
+__all__ = ["LOCAL", "attempt_sequence", "local_stop_candidates", "run_status_counts", "run_task"]
+
+#: The named statements of `runners/edge/sql/local.sql`.
+LOCAL: Final[Mapping[str, str]] = load("local.sql")
+
+
+def _rows(store: EdgeStore, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    with store.authority.reading() as conn:
+        return [tuple(row) for row in conn.execute(LOCAL[name], params).fetchall()]
+
+
+def local_stop_candidates(store: EdgeStore, limit: int) -> Page[tuple[int, str]]:
+    """One page of `kernel.local_stop_candidates` (no cursor: each cycle starts over, and a
+    stopped Run leaves the source)."""
+    check_limit(limit)
+    rows = _rows(store, "local_stop_candidates", {"limit": limit})
+    items = tuple(Candidate(str(r[0]), str(r[1]), (int(r[2]), str(r[0]))) for r in rows[:limit])
+    return Page(items, has_more=len(rows) > limit)
+
+
+def run_task(store: EdgeStore, run_id: str) -> tuple[str, int] | None:
+    """The `(task, revision)` the Run was admitted with."""
+    rows = _rows(store, "run_task", {"run_id": run_id})
+    return (str(rows[0][0]), int(rows[0][1])) if rows else None
+
+
+def attempt_sequence(store: EdgeStore, attempt_id: str) -> tuple[AttemptStatus, int] | None:
+    rows = _rows(store, "attempt_sequence", {"attempt_id": attempt_id})
+    return (AttemptStatus(rows[0][0]), int(rows[0][1])) if rows else None
+
+
+def run_status_counts(store: EdgeStore) -> dict[RunStatus, int]:
+    """Runs per status (statuses with no Run are absent)."""
+    return {RunStatus(r[0]): int(r[1]) for r in _rows(store, "run_status_counts", {})}

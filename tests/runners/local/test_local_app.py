@@ -1,0 +1,400 @@
+"""The assembled local application on a real SQLite file with real child processes (issue 15
+item 2; runners/local/app.py, control.py, scheduler.py; SPEC O-1..O-4).
+
+Most tests drive both lifecycles with stepped schedulers, so the order of cycles is the test's
+and only the children run on their own; every wait for a child ends on its event or at a named
+generous deadline (30 s for commands that take milliseconds)."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from kernel import Actor, CancelReason, RequestCancel, RunStatus
+from kernel.specs import (
+    BUDGETS,
+    LOCAL_CONTROL_CYCLE,
+    LOCAL_SCHEDULER_CYCLE,
+    LOCAL_START,
+    LOCAL_STOP,
+    LocalControlPhase,
+    Profile,
+)
+from kernel.task import TaskDefinition, define_task
+from runners.engine import execute
+from runners.lifecycle import CycleContext, CycleReport, SteppedScheduler
+from runners.local import dispatcher
+from runners.local.app import LocalApplication, wall_clock_ms
+from runners.local.control import ControlReport, LocalExecutionControl
+from runners.local.reads import run_status_counts
+from runners.local.schedule import submit
+from runners.local.scheduler import SchedulerReport
+from runners.worker.posix.executor import InspectionResult
+
+#: Generous bound for children that finish in milliseconds (a loaded machine).
+DEADLINE_S = 30.0
+
+
+class Stepped:
+    """One stepped scheduler per lifecycle, by name."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, SteppedScheduler] = {}
+
+    def __call__(self, name: str) -> SteppedScheduler:
+        self.by_name[name] = SteppedScheduler()
+        return self.by_name[name]
+
+    def _one(self, name: str) -> None:
+        """Exactly one cycle of lifecycle `name` (its pending timer falls due)."""
+        clock = self.by_name[name]
+        pending = clock.pending_ms
+        assert pending is not None, f"{name}: no timer armed"
+        assert clock.advance(pending - clock.now_ms) == 1
+
+    def control(self) -> None:
+        self._one("execution_control")
+
+    def scheduler(self) -> None:
+        self._one("scheduler")
+
+    def both(self) -> None:
+        self.scheduler()
+        self.control()
+
+
+@pytest.fixture
+def stepped() -> Stepped:
+    return Stepped()
+
+
+@pytest.fixture
+def reports() -> list[CycleReport[ControlReport | SchedulerReport]]:
+    return []
+
+
+@pytest.fixture
+def app(
+    tmp_path: Path,
+    stepped: Stepped,
+    reports: list[CycleReport[ControlReport | SchedulerReport]],
+) -> Iterator[LocalApplication]:
+    made = LocalApplication(
+        tmp_path / "ql3.db", Profile.STANDALONE, schedulers=stepped, on_cycle=reports.append
+    )
+    yield made
+    made.stop()
+
+
+def _task(app: LocalApplication, name: str, argv: list[str]) -> None:
+    definition = define_task(name, argv)
+    assert isinstance(definition, TaskDefinition)
+    app.tasks.add(definition, wall_clock_ms())
+
+
+def _submit(app: LocalApplication, name: str) -> str:
+    run_id = f"run-{secrets.token_hex(8)}"
+    outcome = submit(
+        app.store,
+        app.tasks,
+        name,
+        now_ms=wall_clock_ms(),
+        run_id=run_id,
+        attempt_id=f"att-{secrets.token_hex(8)}",
+    )
+    assert outcome.code.value == "admitted", outcome
+    return run_id
+
+
+def _until(condition: Callable[[], bool], step: Callable[[], None], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {DEADLINE_S} s: {what}")
+        step()
+        time.sleep(0.02)
+
+
+def _runs(app: LocalApplication) -> dict[str, dict[str, object]]:
+    return {str(r["run_id"]): r for r in app.store.project()["runs"]}
+
+
+def _attempts(app: LocalApplication, run_id: str) -> list[dict[str, object]]:
+    return [a for a in app.store.project()["attempts"] if a["run_id"] == run_id]
+
+
+@pytest.mark.spec("CAD-01", "CAD-08")
+def test_start_and_stop_follow_the_kernels_sequences(
+    app: LocalApplication,
+    stepped: Stepped,
+    reports: list[CycleReport[ControlReport | SchedulerReport]],
+) -> None:
+    """O-1: startup recovery, the first execution-control cycle, then the lifecycles, the
+    scheduler last; O-4: scheduler drain, execution-control drain, storage close."""
+    app.start()
+    assert app.steps == list(LOCAL_START)
+    assert [type(getattr(r.result, "value", None)) for r in reports] == [ControlReport]
+    stepped.scheduler()
+    assert isinstance(getattr(reports[-1].result, "value", None), SchedulerReport)
+    stopped = app.stop()
+    assert stopped.drained
+    assert app.steps == list(LOCAL_START) + list(LOCAL_STOP)
+    assert app.stop() is stopped  # a second stop shares the first result (CAD-08)
+
+
+@pytest.mark.spec("CAD-01")
+def test_the_first_control_cycle_completes_work_left_by_a_crash_before_any_dispatch(
+    tmp_path: Path, stepped: Stepped
+) -> None:
+    """A child that finished while no application ran is completed by the first execution-
+    control cycle (via startup recovery's adoption or the receipt), before the scheduler runs."""
+    first = LocalApplication(tmp_path / "ql3.db", schedulers=stepped)
+    _task(first, "quick", ["true"])
+    run_id = _submit(first, "quick")
+    first.start()
+    stepped.scheduler()  # the dispatch phase launches the child
+    assert _attempts(first, run_id)[0]["status"] in {"starting", "running"}
+    attempt_id = str(_attempts(first, run_id)[0]["attempt_id"])
+    first.store.close()  # "crash": no stop, no drain, the child runs on
+    receipt = first.layout.receipts / f"{attempt_id}.json"
+    _until(receipt.exists, lambda: None, "the child's receipt")
+    again = LocalApplication(tmp_path / "ql3.db", schedulers=Stepped())
+    try:
+        again.start()
+        assert _runs(again)[run_id]["status"] == "succeeded"
+        assert again.steps == list(LOCAL_START)
+    finally:
+        again.stop()
+
+
+@pytest.mark.spec("RETRY-21", "CAD-12")
+def test_submitted_runs_succeed_with_one_attempt_and_one_spawn_each(
+    app: LocalApplication,
+    stepped: Stepped,
+    reports: list[CycleReport[ControlReport | SchedulerReport]],
+) -> None:
+    """Twenty submissions: each scheduler cycle starts at most its budget (4 standalone), every
+    Run succeeds with exactly one Attempt, and the launcher registered exactly one spawn each."""
+    _task(app, "hello", ["sh", "-c", "echo hi"])
+    run_ids = [_submit(app, "hello") for _ in range(20)]
+    app.start()
+    _until(app.idle, stepped.both, "20 Runs settled")
+    per_cycle = [
+        sum(1 for d in value.dispatches if d.run_id is not None)
+        for value in (getattr(r.result, "value", None) for r in reports)
+        if isinstance(value, SchedulerReport)
+    ]
+    runs = _runs(app)
+    assert {runs[r]["status"] for r in run_ids} == {"succeeded"}
+    assert all(len(_attempts(app, r)) == 1 for r in run_ids)
+    spawned = [attempt for _run, attempt in app.launcher.spawns.entries()]
+    assert len(spawned) == len(set(spawned)) == 20
+    budget = BUDGETS[Profile.STANDALONE].scheduler_dispatch_activations
+    assert budget is not None
+    assert max(per_cycle) <= budget
+    log = app.layout.log_path(str(_attempts(app, run_ids[0])[0]["attempt_id"]))
+    assert log.read_text() == "hi\n"
+
+
+def test_a_failing_command_and_a_missing_program_fail_their_runs(
+    app: LocalApplication, stepped: Stepped
+) -> None:
+    """Exit 3 is a `failed` Run with exit code 3; a program that does not exist never ran: the
+    refusal receipt (decision LR-3) fails the Run with exit code 127."""
+    _task(app, "three", ["sh", "-c", "exit 3"])
+    _task(app, "missing", ["/nonexistent/program-" + secrets.token_hex(4)])
+    three, missing = _submit(app, "three"), _submit(app, "missing")
+    app.start()
+    _until(app.idle, stepped.both, "both Runs settled")
+    runs = _runs(app)
+    assert runs[three]["status"] == runs[missing]["status"] == "failed"
+    assert _attempts(app, three)[0]["exit_code"] == 3
+    assert _attempts(app, missing)[0]["exit_code"] == 127
+
+
+@pytest.mark.spec("CAD-02")
+def test_a_cancelled_running_process_is_stopped_and_its_run_cancelled(
+    app: LocalApplication, stepped: Stepped
+) -> None:
+    """§1.9, L5: the cancellation step stops the live process through its recorded handle and
+    records the stop; the process is really gone."""
+    _task(app, "sleepy", ["sleep", "60"])
+    run_id = _submit(app, "sleepy")
+    app.start()
+    stepped.scheduler()
+    _until(
+        lambda: _attempts(app, run_id)[0]["status"] == "running",
+        stepped.control,
+        "the Attempt running",
+    )
+    handle = str(_attempts(app, run_id)[0]["executor_handle"])
+    execute(app.store, RequestCancel(run_id, CancelReason.USER, Actor.USER), wall_clock_ms())
+    _until(app.idle, stepped.control, "the Run cancelled and the process reaped")
+    assert _runs(app)[run_id]["status"] == "cancelled"
+    assert _attempts(app, run_id)[0]["status"] == "cancelled"
+    assert app.launcher.inspect(handle) is not InspectionResult.RUNNING
+
+
+@pytest.mark.spec("CAD-02")
+def test_a_queued_cancelled_run_converges_without_a_process(
+    app: LocalApplication, stepped: Stepped
+) -> None:
+    _task(app, "never", ["true"])
+    run_id = _submit(app, "never")
+    execute(app.store, RequestCancel(run_id, CancelReason.USER, Actor.USER), wall_clock_ms())
+    app.start()  # the first execution-control cycle converges it
+    stepped.scheduler()
+    assert _runs(app)[run_id]["status"] == "cancelled"
+    assert app.launcher.spawns.entries() == []
+
+
+@pytest.mark.spec("CAD-02", "CAD-05")
+def test_control_cycle_steps_follow_the_kernel_and_a_drain_makes_no_lost_retry_call(
+    app: LocalApplication,
+) -> None:
+    """The cycle runs exactly the kernel's `local_control_phases`: all four on a slow cycle,
+    no cleanup otherwise, and no lost-retry page while draining (the lost-retry call is counted
+    on the store itself)."""
+    calls: list[int] = []
+    original = app.store.lost_retry_candidates
+
+    def counting(observed_at_ms: int, limit: int):  # type: ignore[no-untyped-def]
+        calls.append(limit)
+        return original(observed_at_ms, limit)
+
+    app.store.lost_retry_candidates = counting  # type: ignore[method-assign]
+    cycle = LocalExecutionControl(app.store, app.launcher, app.budget, wall_clock_ms)
+    every = app.budget.execution_control_slow_cleanup
+    assert every is not None
+    slow = cycle(CycleContext(every.every_nth_cycle, lambda: False))
+    assert slow.phases == LOCAL_CONTROL_CYCLE
+    plain = cycle(CycleContext(1, lambda: False))
+    assert LocalControlPhase.CLEANUP not in plain.phases
+    assert calls == [16, 16]  # CAD-03: the standalone page
+    draining = cycle(CycleContext(2, lambda: True))
+    assert LocalControlPhase.LOST_RETRY not in draining.phases
+    assert draining.lost_retry is None
+    assert calls == [16, 16]
+
+
+@pytest.mark.spec("CAD-15")
+def test_a_slow_cycle_deletes_only_receipts_of_terminal_attempts(
+    app: LocalApplication, stepped: Stepped
+) -> None:
+    _task(app, "quick", ["true"])
+    ids = [_submit(app, "quick") for _ in range(3)]
+    app.start()
+    _until(app.idle, stepped.both, "three Runs settled")
+    attempts = [str(_attempts(app, r)[0]["attempt_id"]) for r in ids]
+    assert sorted(app.launcher.receipt_ids(16)) == sorted(attempts)
+    stray = app.layout.receipts / "att-unknown.json"
+    (app.layout.receipts / f"{attempts[0]}.json").replace(stray)  # a receipt of no Attempt
+    every = app.budget.execution_control_slow_cleanup
+    assert every is not None
+    cycle = LocalExecutionControl(app.store, app.launcher, app.budget, wall_clock_ms)
+    report = cycle(CycleContext(every.every_nth_cycle, lambda: False))
+    assert report.receipts_deleted == 2
+    assert app.launcher.receipt_ids(16) == ["att-unknown"]
+
+
+@pytest.mark.spec("CAD-09", "CAD-10")
+def test_the_application_holds_one_connection_one_thread_per_lifecycle_and_no_psycopg(
+    tmp_path: Path,
+) -> None:
+    """Measured in a running application (real daemon schedulers), in a fresh interpreter."""
+    probe = r"""
+import os, sys, threading, time
+from pathlib import Path
+from runners.local.app import LocalApplication
+db = Path(sys.argv[1])
+before = threading.active_count()
+app = LocalApplication(db)
+app.start()
+time.sleep(0.3)
+threads = threading.active_count() - before
+links = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+         if os.path.exists(f"/proc/self/fd/{fd}")]
+dbs = sum(1 for link in links if link == str(db))
+print(threads, dbs, "psycopg" in sys.modules)
+app.stop()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path / "ql3.db")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    threads, dbs, psycopg = done.stdout.split()
+    assert (int(threads), int(dbs), psycopg) == (2, 1, "False")
+
+
+def test_the_scheduler_cycle_runs_the_kernels_phases_in_order(
+    app: LocalApplication,
+    stepped: Stepped,
+    reports: list[CycleReport[ControlReport | SchedulerReport]],
+) -> None:
+    app.start()
+    stepped.scheduler()
+    value = getattr(reports[-1].result, "value", None)
+    assert isinstance(value, SchedulerReport)
+    assert tuple(value.phases) == LOCAL_SCHEDULER_CYCLE
+    assert len(value.dispatches) == BUDGETS[Profile.STANDALONE].scheduler_dispatch_activations
+
+
+def test_idle_counts_unsettled_runs_and_watched_processes(
+    app: LocalApplication, stepped: Stepped
+) -> None:
+    assert app.idle()
+    _task(app, "hello", ["true"])
+    _submit(app, "hello")
+    assert not app.idle()
+    app.start()
+    _until(app.idle, stepped.both, "settled")
+    assert run_status_counts(app.store) == {RunStatus.SUCCEEDED: 1}
+    assert app.launcher.tracked == 0
+
+
+@pytest.mark.spec("REC-07")
+def test_a_start_whose_handle_fact_was_lost_completes_from_its_receipt_after_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash between the spawn and L2 (the handle fact) leaves a registered `starting` Attempt
+    whose child runs on. Startup recovery's evidence is `unknown(handle_missing)` (nothing
+    written); execution control watches it for its receipt (decision LR-6) and L3 completes it:
+    one spawn, one Attempt, `succeeded`."""
+    def crash_before_l2(store: object, command: object, observed_at_ms: int) -> object:
+        if type(command).__name__ == "RecordLocalHandle":
+            raise KeyboardInterrupt  # stands for the process dying here
+        return execute(store, command, observed_at_ms)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dispatcher, "execute", crash_before_l2)
+    stepped = Stepped()
+    first = LocalApplication(tmp_path / "ql3.db", schedulers=stepped)
+    _task(first, "nap", ["sleep", "2"])
+    run_id = _submit(first, "nap")
+    first.start()
+    with pytest.raises(KeyboardInterrupt):
+        stepped.scheduler()
+    assert _attempts(first, run_id)[0]["status"] == "starting"
+    assert _attempts(first, run_id)[0]["executor_handle"] is None
+    first.store.close()
+    monkeypatch.undo()
+    again_stepped = Stepped()
+    again = LocalApplication(tmp_path / "ql3.db", schedulers=again_stepped)
+    try:
+        startup = again.start()
+        attempt_id = str(_attempts(again, run_id)[0]["attempt_id"])
+        assert (attempt_id, "rejected", "handle_missing") in startup.resolved
+        assert startup.adopted == (attempt_id,)
+        _until(again.idle, again_stepped.control, "the receipt completes the Attempt")
+        assert _runs(again)[run_id]["status"] == "succeeded"
+        assert len(again.launcher.spawns.entries()) == 1
+    finally:
+        again.stop()
