@@ -16,17 +16,22 @@ from pathlib import Path
 
 import pytest
 
-from kernel import Actor, CancelReason, RequestCancel, RunStatus
+from kernel import (
+    ActivateLocal,
+    Actor,
+    CancelReason,
+    NotRunningEvidence,
+    Page,
+    RecoverLocalStartup,
+    RequestCancel,
+    RunStatus,
+)
 from kernel.specs import (
     BUDGETS,
-    LOCAL_CONTROL_CYCLE,
-    LOCAL_SCHEDULER_CYCLE,
-    LOCAL_START,
-    LOCAL_STOP,
     LocalControlPhase,
     Profile,
 )
-from kernel.task import TaskDefinition, define_task
+from kernel.task import LOCAL_EXECUTOR_TYPE, TaskDefinition, define_task
 from runners.engine import execute
 from runners.lifecycle import CycleContext, CycleReport, SteppedScheduler
 from runners.local import dispatcher
@@ -67,6 +72,20 @@ class Stepped:
     def both(self) -> None:
         self.scheduler()
         self.control()
+
+
+#: O-1 and O-4 as SPEC §6.2 states them, written out here (not read from the kernel's table), so
+#: that a change to the kernel's sequence changes what this runtime test sees.
+O1 = ["startup_recovery", "first_control_cycle", "start_control", "start_scheduler"]
+O4 = ["drain_scheduler", "drain_control", "close_storage"]
+O2 = ("completions", "cancellation", "lost_retry", "cleanup")
+O3 = (
+    "cancellation_convergence",
+    "trigger_schedule",
+    "workflow_frontier",
+    "task_admission",
+    "dispatch",
+)
 
 
 @pytest.fixture
@@ -138,13 +157,13 @@ def test_start_and_stop_follow_the_kernels_sequences(
     """O-1: startup recovery, the first execution-control cycle, then the lifecycles, the
     scheduler last; O-4: scheduler drain, execution-control drain, storage close."""
     app.start()
-    assert app.steps == list(LOCAL_START)
+    assert app.steps == O1
     assert [type(getattr(r.result, "value", None)) for r in reports] == [ControlReport]
     stepped.scheduler()
     assert isinstance(getattr(reports[-1].result, "value", None), SchedulerReport)
     stopped = app.stop()
     assert stopped.drained
-    assert app.steps == list(LOCAL_START) + list(LOCAL_STOP)
+    assert app.steps == O1 + O4
     assert app.stop() is stopped  # a second stop shares the first result (CAD-08)
 
 
@@ -168,7 +187,7 @@ def test_the_first_control_cycle_completes_work_left_by_a_crash_before_any_dispa
     try:
         again.start()
         assert _runs(again)[run_id]["status"] == "succeeded"
-        assert again.steps == list(LOCAL_START)
+        assert again.steps == O1
     finally:
         again.stop()
 
@@ -273,7 +292,7 @@ def test_control_cycle_steps_follow_the_kernel_and_a_drain_makes_no_lost_retry_c
     every = app.budget.execution_control_slow_cleanup
     assert every is not None
     slow = cycle(CycleContext(every.every_nth_cycle, lambda: False))
-    assert slow.phases == LOCAL_CONTROL_CYCLE
+    assert slow.phases == O2
     plain = cycle(CycleContext(1, lambda: False))
     assert LocalControlPhase.CLEANUP not in plain.phases
     assert calls == [16, 16]  # CAD-03: the standalone page
@@ -344,7 +363,7 @@ def test_the_scheduler_cycle_runs_the_kernels_phases_in_order(
     stepped.scheduler()
     value = getattr(reports[-1].result, "value", None)
     assert isinstance(value, SchedulerReport)
-    assert tuple(value.phases) == LOCAL_SCHEDULER_CYCLE
+    assert tuple(value.phases) == O3
     assert len(value.dispatches) == BUDGETS[Profile.STANDALONE].scheduler_dispatch_activations
 
 
@@ -369,6 +388,7 @@ def test_a_start_whose_handle_fact_was_lost_completes_from_its_receipt_after_res
     whose child runs on. Startup recovery's evidence is `unknown(handle_missing)` (nothing
     written); execution control watches it for its receipt (decision LR-6) and L3 completes it:
     one spawn, one Attempt, `succeeded`."""
+
     def crash_before_l2(store: object, command: object, observed_at_ms: int) -> object:
         if type(command).__name__ == "RecordLocalHandle":
             raise KeyboardInterrupt  # stands for the process dying here
@@ -398,3 +418,66 @@ def test_a_start_whose_handle_fact_was_lost_completes_from_its_receipt_after_res
         assert len(again.launcher.spawns.entries()) == 1
     finally:
         again.stop()
+
+
+def _lost_runs(app: LocalApplication, count: int) -> list[str]:
+    """`count` Runs made `lost` the way a restart makes them: activated (L1), then trusted
+    not-running evidence with no receipt (§2.1)."""
+    _task(app, "gone", ["true"])
+    run_ids = []
+    for _ in range(count):
+        run_id = _submit(app, "gone")
+        attempt_id = str(_attempts(app, run_id)[0]["attempt_id"])
+        now = wall_clock_ms()
+        activate = ActivateLocal(run_id, attempt_id, LOCAL_EXECUTOR_TYPE, 1, "0" * 64)
+        assert execute(app.store, activate, now).kind.value == "applied"
+        recover = RecoverLocalStartup(run_id, attempt_id, NotRunningEvidence())
+        assert execute(app.store, recover, now).code.value == "lost"
+        run_ids.append(run_id)
+    return run_ids
+
+
+@pytest.mark.spec("CAD-03")
+@pytest.mark.parametrize("profile", [Profile.EDGE, Profile.STANDALONE])
+def test_one_control_cycle_handles_at_most_the_profiles_lost_retry_page(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """2 per 5 s cycle on edge, 16 per 1 s cycle on standalone (ADR-0380 §3), for a backlog
+    larger than either."""
+    app = LocalApplication(tmp_path / "ql3.db", profile, schedulers=Stepped())
+    try:
+        _lost_runs(app, 20)
+        budget = BUDGETS[profile]
+        cycle = LocalExecutionControl(app.store, app.launcher, app.budget, wall_clock_ms)
+        report = cycle(CycleContext(1, lambda: False))
+        assert report.lost_retry is not None
+        assert report.lost_retry.scanned == budget.execution_control_lost_retry_per_cycle
+        assert report.lost_retry.has_more
+        assert app.control.config.interval_ms == budget.execution_control_cadence_ms
+    finally:
+        app.stop()
+
+
+@pytest.mark.spec("CAD-14")
+def test_only_the_execution_control_cycle_calls_lost_retry(
+    app: LocalApplication, stepped: Stepped
+) -> None:
+    """No second lost-retry cadence: scheduler cycles never read the lost-retry source; each
+    execution-control cycle reads it once."""
+    _lost_runs(app, 3)
+    calls: list[str] = []
+    original = app.store.lost_retry_candidates
+
+    def counting(observed_at_ms: int, limit: int) -> Page[tuple[int, int, int, str]]:
+        calls.append("call")
+        return original(observed_at_ms, limit)
+
+    app.store.lost_retry_candidates = counting  # type: ignore[method-assign]
+    app.start()
+    assert calls == ["call"]  # the first execution-control cycle (O-1)
+    for _ in range(3):
+        stepped.scheduler()
+    assert calls == ["call"]
+    stepped.control()
+    assert calls == ["call", "call"]
+    assert {r["status"] for r in _runs(app).values()} == {"failed"}  # no policy: R1 fails them
