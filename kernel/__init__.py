@@ -146,6 +146,7 @@ from kernel.codec import decode_command, decode_provider_policy, encode_command
 from kernel.identity import PORTABLE_ID_RE, is_sha256_hex
 from kernel.lease_expiry_scan import expiry_command, scan_cursor
 from kernel.local_control import (
+    deadline_candidates,
     launch_registered_evidence,
     local_idle,
     local_stop_candidates,
@@ -298,6 +299,7 @@ __all__ = [
     "complete_with_lease",
     "converge_cancel",
     "create_run",
+    "deadline_candidates",
     "decide_delivery",
     "decode_command",
     "decode_provider_policy",

@@ -6,6 +6,10 @@
   is a local Attempt `running` under a recorded handle, keyset `(cancel_requested_at_ms, run_id)`.
   (A Run with an intent and no live execution is `cancel_convergence_candidates`' instead.) The
   edge runner's SQL is checked against it.
+- `deadline_candidates`: the selection oracle of deadline control (O-2 step 2, B-06): runtime
+  ordinary `dispatching`/`running` Runs without an intent whose task revision has a deadline
+  that passed since the Run started, keyset `(started_at_ms + deadline_ms, run_id)`; each gets a
+  `timeout` intent, which the same step then stops (L4) or converges.
 - `receipt_cleanup_allowed`: D-1 / CAD-15: a slow-cycle cleanup deletes a receipt only when its
   Attempt is terminal in the database with an equal callback sequence.
 - `launch_registered_evidence`: D-1: a `starting` local Attempt with no launcher registration
@@ -29,6 +33,7 @@ from kernel.specs.codes import Code
 from kernel.specs.states import AttemptStatus, RunKind, RunOwner, RunStatus
 
 __all__ = [
+    "deadline_candidates",
     "launch_registered_evidence",
     "local_idle",
     "local_stop_candidates",
@@ -62,6 +67,37 @@ def local_stop_candidates(
         return None
 
     return _page(aggregates, select, limit, after)
+
+
+def deadline_candidates(
+    runs: Iterable[tuple[RunAggregate, int | None]], now_ms: int, limit: int
+) -> Page[tuple[int, str]]:
+    """O-2 step 2 (B-06): `(aggregate, deadline_ms of its task revision)` pairs whose deadline
+    passed at `now_ms` and that have no intent yet; no cursor (a Run leaves the source once its
+    intent is recorded)."""
+    pairs = list(runs)
+    deadlines = {agg.run.run_id: deadline for agg, deadline in pairs}
+
+    def select(agg: RunAggregate) -> Candidate[tuple[int, str]] | None:
+        run = agg.run
+        deadline = deadlines.get(run.run_id)
+        if (
+            run.owner is RunOwner.RUNTIME
+            and run.kind is RunKind.ORDINARY
+            and run.status in _DEADLINE_STATUSES
+            and run.cancel_requested_at_ms is None
+            and run.started_at_ms is not None
+            and deadline is not None
+            and run.started_at_ms + deadline <= now_ms
+        ):
+            return Candidate(run.run_id, None, (run.started_at_ms + deadline, run.run_id))
+        return None
+
+    return _page((agg for agg, _ in pairs), select, limit, None)
+
+
+#: B-06: a deadline runs from the Run's start; a Run not started yet has nothing to time out.
+_DEADLINE_STATUSES = frozenset({RunStatus.DISPATCHING, RunStatus.RUNNING})
 
 
 def receipt_cleanup_allowed(

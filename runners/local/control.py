@@ -11,7 +11,8 @@ this module records in the cycle report and never branches on:
    whose process ended without a receipt is offered again on later cycles for the publish grace
    (B-52), then left to the next startup recovery (§2.1: only recovery may say `lost`) and
    reported;
-2. cancellation: live local executions under an intent are stopped through the recorded handle
+2. cancellation and deadline control: Runs whose task deadline passed get a `timeout` intent
+   (B-06); then live local executions under an intent are stopped through the recorded handle
    and the conclusive stop recorded (L4/L5); a stop that is not conclusive writes nothing and is
    tried next cycle (§1.7). Then Runs with an intent and no live execution (including E-1's
    revoked remote Attempts) converge (`converge_cancel`);
@@ -28,10 +29,13 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from kernel import (
+    Actor,
+    CancelReason,
     CompleteLocal,
     ConvergeCancel,
     LostRetryPageResult,
     RecordLocalStop,
+    RequestCancel,
     receipt_cleanup_allowed,
 )
 from kernel.specs import LocalControlPhase, ProfileBudget, local_control_phases
@@ -39,7 +43,7 @@ from runners.edge.store import EdgeStore
 from runners.engine import execute
 from runners.lifecycle import CycleContext
 from runners.local.launcher import LocalLauncher
-from runners.local.reads import attempt_sequence, local_stop_candidates
+from runners.local.reads import attempt_sequence, deadline_candidates, local_stop_candidates
 from runners.passes import lost_retry_page
 from runners.worker.posix.receipts import ReceiptStoreError
 
@@ -61,6 +65,7 @@ class ControlReport:
     ordinal: int
     phases: tuple[LocalControlPhase, ...]
     completions: list[tuple[str, str, str]] = field(default_factory=list)
+    deadlines: list[tuple[str, str, str]] = field(default_factory=list)
     stops: list[tuple[str, str, str]] = field(default_factory=list)
     convergences: list[tuple[str, str, str]] = field(default_factory=list)
     lost_retry: LostRetryPageResult | None = None
@@ -139,6 +144,15 @@ class LocalExecutionControl:
 
     # -- (2) cancellation --------------------------------------------------------------------------
     def _cancellation(self, report: ControlReport) -> None:
+        for _ in range(self._cancel_paging.pages):
+            now = self._clock()
+            due = deadline_candidates(self._store, now, self._cancel_paging.page_size)
+            for candidate in due.items:
+                intent = RequestCancel(candidate.run_id, CancelReason.TIMEOUT, Actor.SYSTEM)
+                outcome = execute(self._store, intent, now)
+                report.deadlines.append((candidate.run_id, outcome.kind.value, outcome.code.value))
+            if not due.has_more:
+                break
         for _ in range(self._cancel_paging.pages):
             page = local_stop_candidates(self._store, self._cancel_paging.page_size)
             for candidate in page.items:

@@ -11,7 +11,14 @@ from kernel import AttemptStatus, Candidate, Page, RunStatus, check_limit
 from runners.edge.named_sql import load
 from runners.edge.store import EdgeStore
 
-__all__ = ["LOCAL", "attempt_sequence", "local_stop_candidates", "run_status_counts", "run_task"]
+__all__ = [
+    "LOCAL",
+    "attempt_sequence",
+    "deadline_candidates",
+    "local_stop_candidates",
+    "run_status_counts",
+    "run_task",
+]
 
 #: The named statements of `runners/edge/sql/local.sql`.
 LOCAL: Final[Mapping[str, str]] = load("local.sql")
@@ -28,6 +35,15 @@ def local_stop_candidates(store: EdgeStore, limit: int) -> Page[tuple[int, str]]
     check_limit(limit)
     rows = _rows(store, "local_stop_candidates", {"limit": limit})
     items = tuple(Candidate(str(r[0]), str(r[1]), (int(r[2]), str(r[0]))) for r in rows[:limit])
+    return Page(items, has_more=len(rows) > limit)
+
+
+def deadline_candidates(store: EdgeStore, now_ms: int, limit: int) -> Page[tuple[int, str]]:
+    """One page of `kernel.deadline_candidates` (no cursor: a Run leaves the source once its
+    `timeout` intent is recorded)."""
+    check_limit(limit)
+    rows = _rows(store, "deadline_candidates", {"now_ms": now_ms, "limit": limit})
+    items = tuple(Candidate(str(r[0]), None, (int(r[1]), str(r[0]))) for r in rows[:limit])
     return Page(items, has_more=len(rows) > limit)
 
 

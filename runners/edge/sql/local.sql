@@ -19,6 +19,24 @@ WHERE r.status = 'running'
 ORDER BY r.cancel_requested_at_ms, r.run_id
 LIMIT :limit + 1;
 
+-- name: deadline_candidates
+-- O-2 step 2, deadline control (B-06), mirrors kernel.local_control.deadline_candidates: runtime
+-- ordinary `dispatching`/`running` Runs without an intent whose task revision has a deadline that
+-- passed since the Run started. Key (started_at_ms + deadline_ms, run_id). Driven by the Run
+-- status index: only started Runs are read, each joined to its revision by primary key.
+SELECT r.run_id AS run_id, r.started_at_ms + t.deadline_ms AS k0
+FROM runs AS r INDEXED BY runs_by_status
+JOIN task_revisions AS t ON t.task_name = r.task_id AND t.revision = r.task_revision
+WHERE r.status IN ('dispatching', 'running')
+  AND r.cancel_requested_at_ms IS NULL
+  AND r.owner = 'runtime'
+  AND r.kind = 'ordinary'
+  AND r.started_at_ms IS NOT NULL
+  AND t.deadline_ms IS NOT NULL
+  AND r.started_at_ms + t.deadline_ms <= :now_ms
+ORDER BY k0, r.run_id
+LIMIT :limit + 1;
+
 -- name: run_task
 -- The task revision a Run was admitted with (the launcher reads its ExecutionSpec).
 SELECT task_id, task_revision FROM runs WHERE run_id = :run_id;
