@@ -1,0 +1,426 @@
+"""`qlk conform`: replay a trace corpus against a runner, then the guard and kill modes.
+
+    qlk conform                          # the bundled corpus against the edge runner (SQLite)
+    qlk conform --runner cluster --dsn postgresql://postgres@127.0.0.1:5432/test
+    qlk conform --runner mypkg.adapter:make_adapter --traces DIR --junit report.xml --jobs 2
+    qlk conform --component journal [--journal-adapter file|sqlite|all]
+
+After the replay, `qlk conform` runs the guard mode (every runner whose adapter exposes its
+storage port: a stale variant of every guard of every write path must be refused) and, for the
+edge runner, the kill mode (SIGKILL at every statement boundary of every write path); for the
+cluster runner, the kill mode and the terminate mode (`pg_terminate_backend` of the runner's
+backend at every statement boundary, `conformance.run.kill_cluster`).
+
+`--component journal` replays the journal corpus (`conformance/traces/journal/`, SPEC §7
+component `journal`) against the file and/or SQLite journal adapter on real temporary roots
+(`conformance.journal.replay`); guard and kill modes are run-component modes.
+
+Exit status (SPEC E-7): 0 every applicable trace passed and no stale write or kill broke the
+state; 1 a divergence, an accepted stale write or a torn state; 2 a bad flag, a missing trace
+directory or a malformed trace; 3 the database does not answer, psycopg is missing for
+`--runner cluster`, or the runner's factory raises.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import importlib
+import os
+import re
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TextIO
+from urllib.parse import urlsplit, urlunsplit
+
+from conformance.cli.common import (
+    Commands,
+    Context,
+    ExitCode,
+    InfrastructureError,
+    UsageError,
+    add_command,
+    one_line,
+)
+from conformance.journal.replay import ADAPTERS as JOURNAL_ADAPTERS
+from conformance.journal.replay import (
+    fault_counts,
+    journal_trace_paths,
+    resolve_binding,
+    run_journal_corpus,
+)
+from conformance.journal.trace import JOURNAL_CORPUS
+from conformance.report import (
+    MalformedTrace,
+    Outcome,
+    ReplayProgress,
+    RunnerFailed,
+    Summary,
+    guarded,
+    render_divergences,
+    run_corpus,
+    summary_table,
+    write_junit,
+)
+from conformance.run.corpus import RUN_CORPUS, trace_paths
+from conformance.run.factories import BUILTIN, AdapterFactory, FactoryError, resolve
+from conformance.run.guards import GUARDS, probe_every_write
+from conformance.run.trace import TraceFormatError
+
+#: How long `--runner cluster` waits for the database to answer before exit 3.
+CONNECT_TIMEOUT_S = 5
+#: The extra that installs the cluster runner's dependencies.
+CLUSTER_EXTRA = "pip install 'ql3-kernel[cluster]'"
+
+
+def register(commands: Commands) -> None:
+    conform = add_command(
+        commands,
+        "conform",
+        help="replay a trace corpus against a runner and report divergences",
+        handler=run,
+    )
+    conform.add_argument(
+        "--component",
+        choices=("run", "journal"),
+        default="run",
+        help="run (default: the Run-domain corpus against --runner) or journal (the journal "
+        "corpus against --journal-adapter)",
+    )
+    conform.add_argument(
+        "--journal-adapter",
+        default="all",
+        metavar="ADAPTER",
+        help="with --component journal: file, sqlite, all (default: both), reference, or "
+        "package.module:factory (a journal binding)",
+    )
+    conform.add_argument(
+        "--runner",
+        default="edge",
+        help="edge (default, SQLite), cluster (PostgreSQL), reference, or package.module:factory",
+    )
+    conform.add_argument(
+        "--traces", type=Path, default=None, help="a trace directory (default: bundled corpus)"
+    )
+    conform.add_argument(
+        "--dsn",
+        default=None,
+        help="PostgreSQL DSN for --runner cluster (default: $QL3_PG_DSN, else the server at "
+        "postgresql://postgres@127.0.0.1:5432/test, else a throwaway server from pgserver)",
+    )
+    conform.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report")
+    conform.add_argument("--jobs", type=int, default=1, help="replay in N processes")
+    conform.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    conform.add_argument(
+        "--no-guards",
+        action="store_true",
+        help="skip the guard mode (a stale variant of every guard of every write path must be "
+        "refused by the runner's own statements)",
+    )
+    conform.add_argument(
+        "--no-kill",
+        action="store_true",
+        help="edge and cluster: skip the kill mode (SIGKILL at every statement boundary of "
+        "every write path) and, cluster, the terminate mode (pg_terminate_backend at every "
+        "statement boundary)",
+    )
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    if args.jobs < 1:
+        raise UsageError("--jobs must be 1 or more")
+    if args.component == "journal":
+        return _conform_journal(args, ctx)
+    root: Path = args.traces if args.traces is not None else RUN_CORPUS
+    paths = _trace_files(root, trace_paths)
+    if args.runner != "cluster":
+        dsn = args.dsn or os.environ.get("QL3_PG_DSN")
+        _factory(args.runner, dsn)  # a bad runner name fails before any output
+        return _conform_on(args, ctx, root, paths, dsn)
+    # Imported only here: an edge run never loads the PostgreSQL runner (CAD-10).
+    try:
+        local_server = importlib.import_module("conformance.run.local_server")
+    except ImportError as exc:
+        missing = exc.name or "psycopg"
+        raise InfrastructureError(
+            f"--runner cluster needs {missing}, which is not installed: {CLUSTER_EXTRA}"
+        ) from exc
+    try:
+        with local_server.ensure_dsn(
+            args.dsn, announce=lambda m: print(f"qlk conform: {m}", file=ctx.out)
+        ) as dsn:
+            _check_database(dsn, _dsn_source(args.dsn))
+            _factory(args.runner, dsn)
+            return _conform_on(args, ctx, root, paths, dsn)
+    except local_server.NoPostgresError as exc:
+        raise InfrastructureError(f"--runner cluster: {exc}") from exc
+
+
+def _trace_files(root: Path, find: Callable[[Path], list[Path]]) -> list[Path]:
+    if not root.is_dir():
+        what = "not a directory" if root.exists() else "no such directory"
+        raise UsageError(f"--traces {root}: {what}")
+    try:
+        paths = find(root)
+    except OSError as exc:
+        raise UsageError(f"--traces {root}: cannot list the directory: {exc}") from None
+    if not paths:
+        raise UsageError(f"--traces {root}: no *.jsonl or *.jsonl.gz trace files")
+    return paths
+
+
+def _factory(spec: str, dsn: str | None) -> AdapterFactory:
+    """The runner named by `--runner`, or the error that says why not: a name or module that
+    does not exist is bad usage (2); a built-in runner or a named module whose own imports
+    fail (a missing dependency), or a module that raises on import, is exit 3."""
+    try:
+        return resolve(spec, dsn=dsn)
+    except FactoryError as exc:
+        cause = exc.__context__
+        if isinstance(cause, ImportError) and not _names_module_of(spec, cause):
+            hint = f"; {CLUSTER_EXTRA}" if spec == "cluster" else ""
+            raise InfrastructureError(f"{exc}{hint}") from cause
+        raise UsageError(str(exc)) from None
+    except Exception as exc:
+        raise InfrastructureError(
+            f"--runner {spec!r}: importing it raised {one_line(exc)}"
+        ) from exc
+
+
+def _names_module_of(spec: str, error: ImportError) -> bool:
+    """Whether the import that failed is the module `spec` names itself (or a package above
+    it), as opposed to something that module imports."""
+    if spec in BUILTIN:
+        return False
+    module = spec.partition(":")[0]
+    return error.name is not None and (module == error.name or module.startswith(error.name + "."))
+
+
+def _dsn_source(explicit: str | None) -> str:
+    if explicit:
+        return "--dsn"
+    if os.environ.get("QL3_PG_DSN"):
+        return "$QL3_PG_DSN"
+    return "--runner cluster: the server at"
+
+
+def redact(dsn: str) -> str:
+    """`dsn` without its password (URL or key=value form), for messages."""
+    parts = urlsplit(dsn)
+    if parts.scheme and parts.password is not None:
+        host = parts.netloc.rpartition("@")[2]
+        user = parts.username or ""
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", dsn)
+
+
+def _check_database(dsn: str, source: str) -> None:
+    """Exit 3, before any output, when the database does not answer."""
+    import psycopg  # noqa: PLC0415 - the cluster path only (CAD-10)
+
+    try:
+        with psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True):
+            pass
+    except psycopg.Error as exc:
+        raise InfrastructureError(
+            f"{source} {redact(dsn)}: the database does not answer: {one_line(exc)}"
+        ) from exc
+
+
+@contextlib.contextmanager
+def _replay_errors(runner: str) -> Iterator[None]:
+    """A malformed trace is bad input (2, naming the file); a factory that raises is exit 3."""
+    try:
+        yield
+    except MalformedTrace as exc:
+        raise UsageError(str(exc)) from None
+    except RunnerFailed as exc:
+        raise InfrastructureError(f"--runner {runner}: {exc}") from exc
+
+
+def _progress(
+    args: argparse.Namespace, ctx: Context
+) -> contextlib.AbstractContextManager[ReplayProgress | None]:
+    if args.quiet:
+        return contextlib.nullcontext()
+    return ReplayProgress(ctx.err_console)
+
+
+def _conform_on(
+    args: argparse.Namespace, ctx: Context, root: Path, paths: list[Path], dsn: str | None
+) -> int:
+    stream = ctx.out
+    print(f"qlk conform: {len(paths)} traces from {root} against {args.runner}", file=stream)
+    with _replay_errors(args.runner), _progress(args, ctx) as progress:
+        summary = run_corpus(
+            paths, args.runner, root=root, dsn=dsn, jobs=args.jobs, progress=progress
+        )
+    _print_summary(ctx, summary, args.runner)
+    not_applicable = [o for o in summary.outcomes if o.result.status == "not_applicable"]
+    if not_applicable:
+        needed = sorted({c for o in not_applicable for c in o.result.missing_capabilities})
+        print(
+            f"{len(not_applicable)} traces not applicable (runner lacks: {', '.join(needed)})",
+            file=stream,
+        )
+    if args.junit is not None:
+        _write_junit(summary, args.runner, args.junit, stream)
+    status: int = ExitCode.OK
+    if summary.diverged:
+        print(render_divergences(summary.diverged), file=stream)
+        status = ExitCode.CHECK_FAILED
+    if not args.no_guards:
+        with _replay_errors(args.runner):
+            status = max(status, _guard_mode(_factory(args.runner, dsn), root, ctx))
+    if args.runner == "edge" and not args.no_kill:
+        status = max(status, _kill_mode(root, ctx))
+    if args.runner == "cluster" and not args.no_kill and dsn is not None:
+        status = max(status, _cluster_kill_mode(root, dsn, ctx))
+    return status
+
+
+def _print_summary(ctx: Context, summary: Summary, runner: str) -> None:
+    ctx.console.print(summary_table(summary, runner, terminal=ctx.console.is_terminal))
+
+
+def _write_junit(summary: Summary, runner: str, target: Path, stream: TextIO) -> None:
+    try:
+        write_junit(summary, runner, target)
+    except OSError as exc:
+        reason = f"{exc.strerror}: {exc.filename}" if exc.strerror and exc.filename else exc
+        raise UsageError(f"--junit {target}: cannot write the report: {reason}") from None
+    print(f"JUnit report: {target}", file=stream)
+
+
+def _conform_journal(args: argparse.Namespace, ctx: Context) -> int:
+    """The journal corpus against one or both journal adapters (SPEC §7, component journal)."""
+    stream = ctx.out
+    if args.runner != "edge" or args.dsn is not None:
+        raise UsageError("--runner and --dsn are for --component run; use --journal-adapter")
+    if args.jobs != 1:
+        raise UsageError("--jobs is for --component run; journal traces replay in one process")
+    root: Path = args.traces if args.traces is not None else JOURNAL_CORPUS
+    paths = _trace_files(root, journal_trace_paths)
+    adapter: str = args.journal_adapter
+    adapters = JOURNAL_ADAPTERS if adapter == "all" else (adapter,)
+    for name in adapters:
+        if name != "reference":
+            try:
+                resolve_binding(name)
+            except (ValueError, ImportError, AttributeError) as exc:
+                raise UsageError(f"--journal-adapter {name!r}: {exc}") from None
+    status: int = ExitCode.OK
+    for name in adapters:
+        label = f"journal/{name}"
+        print(f"qlk conform: {len(paths)} journal traces from {root} against {name}", file=stream)
+        summary = _replay_journal(args, ctx, paths, name, root)
+        _print_summary(ctx, summary, label)
+        faults = fault_counts(summary)
+        kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(faults.items()))
+        print(f"faults injected by kind: {kinds or 'none'}", file=stream)
+        not_applicable = [o for o in summary.outcomes if o.result.status == "not_applicable"]
+        if not_applicable:
+            needed = sorted({c for o in not_applicable for c in o.result.missing_capabilities})
+            print(
+                f"{len(not_applicable)} traces not applicable (adapter lacks: {', '.join(needed)})",
+                file=stream,
+            )
+        if args.junit is not None:
+            target = args.junit
+            if len(adapters) > 1:
+                target = target.with_name(f"{target.stem}-{name}{target.suffix}")
+            _write_junit(summary, label.replace("/", "-"), target, stream)
+        if summary.diverged:
+            print(render_divergences(summary.diverged), file=stream)
+            status = ExitCode.CHECK_FAILED
+    return status
+
+
+def _replay_journal(
+    args: argparse.Namespace, ctx: Context, paths: Sequence[Path], name: str, root: Path
+) -> Summary:
+    """`run_journal_corpus`, with the file a `TraceFormatError` came from: the traces replay
+    in order, so it is the one after the last reported."""
+    done = 0
+    with _progress(args, ctx) as display:
+
+        def progress(outcome: Outcome, count: int, total: int) -> None:
+            nonlocal done
+            done = count
+            if display is not None:
+                display(outcome, count, total)
+
+        try:
+            return run_journal_corpus(paths, name, root=root, progress=progress)
+        except TraceFormatError as exc:
+            raise UsageError(f"{paths[done]}: malformed trace: {exc}") from None
+        except (gzip.BadGzipFile, EOFError, zlib.error, UnicodeDecodeError) as exc:
+            raise UsageError(f"{paths[done]}: cannot read the trace: {exc}") from None
+
+
+def _guard_mode(factory: AdapterFactory, root: Path, ctx: Context) -> int:
+    """Every guard of every write path, probed with a stale write (`conformance.run.guards`)."""
+    stream = ctx.out
+    report = probe_every_write(guarded(factory), root)
+    if report.not_applicable:
+        print(f"guard mode: not applicable (runner lacks: {GUARDS})", file=stream)
+        return ExitCode.OK
+    failures = report.failures
+    print(
+        f"guard mode: {len(report.writes)} write paths, {report.probes} stale writes probed "
+        f"(every guard of every effect), {len(failures)} accepted by the runner",
+        file=stream,
+    )
+    _print_failures(failures, ctx)
+    return ExitCode.CHECK_FAILED if failures else ExitCode.OK
+
+
+def _kill_mode(root: Path, ctx: Context) -> int:
+    """The edge runner's kill mode over the same traces (RUN-06, RETRY-10)."""
+    kill = importlib.import_module("conformance.run.kill_edge")
+    results = kill.kill_every_write(root)
+    kills = sum(r.kills for r in results)
+    failures = [line for r in results for line in r.failures]
+    print(
+        f"kill mode: {len(results)} write paths, {kills} SIGKILLs at every statement boundary, "
+        f"{len(failures)} left a state that was neither the before- nor the after-state",
+        file=ctx.out,
+    )
+    for line in failures[:10]:
+        print(f"  {line}", file=ctx.out)
+    return ExitCode.CHECK_FAILED if failures else ExitCode.OK
+
+
+def _cluster_kill_mode(root: Path, dsn: str, ctx: Context) -> int:
+    """The cluster runner's kill mode and terminate mode over the same traces (RUN-06,
+    RETRY-10): a client SIGKILLed, then the runner's backend terminated by the server, at every
+    statement boundary of every write path."""
+    stream = ctx.out
+    kill = importlib.import_module("conformance.run.kill_cluster")
+    killed = kill.kill_every_write(root, dsn)
+    torn = [line for r in killed for line in r.failures]
+    print(
+        f"kill mode: {len(killed)} write paths, {sum(r.kills for r in killed)} SIGKILLs at every "
+        f"statement boundary, {len(torn)} torn states",
+        file=stream,
+    )
+    _print_failures(torn, ctx)
+    terminated = kill.terminate_every_write(root, dsn)
+    failed = [line for r in terminated for line in r.failures]
+    print(
+        f"terminate mode: {len(terminated)} write paths, "
+        f"{sum(r.terminations for r in terminated)} pg_terminate_backend at every statement "
+        f"boundary, {len(failed)} failures",
+        file=stream,
+    )
+    _print_failures(failed, ctx)
+    return ExitCode.CHECK_FAILED if torn or failed else ExitCode.OK
+
+
+def _print_failures(lines: list[str], ctx: Context) -> None:
+    for line in lines[:10]:
+        print(f"  {line}", file=ctx.out)
+    if len(lines) > 10:
+        print(f"  ... and {len(lines) - 10} more", file=ctx.out)
