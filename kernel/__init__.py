@@ -147,7 +147,7 @@ from kernel.identity import PORTABLE_ID_RE, is_sha256_hex
 from kernel.lease_expiry_scan import expiry_command, scan_cursor
 from kernel.local_control import (
     deadline_candidates,
-    launch_registered_evidence,
+    launch_identity,
     local_idle,
     local_stop_candidates,
     receipt_cleanup_allowed,
@@ -318,7 +318,7 @@ __all__ = [
     "is_portable_id",
     "is_sha256_hex",
     "journal_step",
-    "launch_registered_evidence",
+    "launch_identity",
     "local_idle",
     "local_receipt_read",
     "local_stop_candidates",

@@ -12,8 +12,9 @@
   `timeout` intent, which the same step then stops (L4) or converges.
 - `receipt_cleanup_allowed`: D-1 / CAD-15: a slow-cycle cleanup deletes a receipt only when its
   Attempt is terminal in the database with an equal callback sequence.
-- `launch_registered_evidence`: D-1: a `starting` local Attempt with no launcher registration
-  (the spawn journal line that precedes every spawn) is trusted not-running evidence.
+- `launch_identity`: D-1, LR-9: the identity a local Attempt is inspected by (the recorded
+  handle, else the launcher's journaled identity), or a trusted not-running report when neither
+  exists (the command is only sent once the identity is durable).
 - `watched_after_startup`: which startup outcomes leave the Attempt watched for its receipt.
 - `startup_budget_exhausted`: D-11: more candidates than the startup total refuses startup
   before any write.
@@ -34,7 +35,7 @@ from kernel.specs.states import AttemptStatus, RunKind, RunOwner, RunStatus
 
 __all__ = [
     "deadline_candidates",
-    "launch_registered_evidence",
+    "launch_identity",
     "local_idle",
     "local_stop_candidates",
     "receipt_cleanup_allowed",
@@ -114,13 +115,20 @@ def receipt_cleanup_allowed(
     )
 
 
-def launch_registered_evidence(attempt: Attempt, registered: bool) -> Inspection | None:
-    """D-1: for a `starting` Attempt without a handle, no launcher registration means the spawn
-    never began (registration precedes spawn): a trusted not-running report. Otherwise None:
-    inspect the handle as usual (a registered start without a handle is `handle_missing`)."""
-    if attempt.status is AttemptStatus.STARTING and attempt.executor_handle is None:
-        return None if registered else Inspection.NOT_RUNNING
-    return None
+def launch_identity(attempt: Attempt, journaled: str | None) -> str | Inspection:
+    """§2.1 step 2 and D-1 for a local Attempt [decision LR-9]: the identity recovery inspects.
+
+    The recorded handle (L2) when there is one; else the identity the launcher journaled after
+    the wrapper existed and before it was told what to run (the executor sends the command only
+    once that line is durable); else nothing ever ran: a trusted not-running report. Without a
+    handle fact a `running` Attempt is inconsistent with L2 and reports `handle_missing`."""
+    if attempt.executor_handle is not None:
+        return attempt.executor_handle
+    if journaled is not None:
+        return journaled
+    if attempt.status is AttemptStatus.STARTING:
+        return Inspection.NOT_RUNNING
+    return Inspection.HANDLE_MISSING
 
 
 def startup_budget_exhausted(candidates_counted: int, total_per_startup: int) -> bool:
@@ -129,10 +137,10 @@ def startup_budget_exhausted(candidates_counted: int, total_per_startup: int) ->
 
 
 #: Startup outcomes after which execution control watches the Attempt for its receipt: `live`
-#: (§2.1 adoption), and `handle_missing` [decision LR-6]: a registered start whose handle fact
-#: (L2) was lost to a crash; the launch wrapper still publishes its receipt, which L3
-#: authenticates from `starting`, so watching it writes nothing until then.
-_WATCHED_AFTER_STARTUP = frozenset({Code.LIVE, Code.HANDLE_MISSING})
+#: (§2.1 adoption). A start whose handle fact (L2) was lost to a crash is inspected by its
+#: journaled identity (LR-9, superseding LR-6), so it is `live`, completed or `lost`, never
+#: `handle_missing`; an `unknown` outcome is reported and left (fail closed).
+_WATCHED_AFTER_STARTUP = frozenset({Code.LIVE})
 
 
 def watched_after_startup(outcome: Outcome) -> bool:

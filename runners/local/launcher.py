@@ -51,6 +51,9 @@ __all__ = [
     "LocalLayout",
 ]
 
+#: The identity journal beside `spawns.log`: `<attempt_id> <handle>` per started wrapper.
+IDENTITY_LOG = "identities.log"
+
 #: Exit code a refused spawn is reported with: the shell's "command not found" [decision LR-3].
 REFUSED_EXIT_CODE = 127
 
@@ -118,6 +121,8 @@ class LocalLauncher:
         self.layout = layout
         self.receipts = CompletionReceiptStore(layout.receipts)
         self.spawns = SpawnJournal(layout.root)
+        # [decision LR-9] Each wrapper's identity, durable before its command is sent.
+        self.identities = SpawnJournal(layout.root, IDENTITY_LOG)
         self._executor = executor if executor is not None else PosixExecutor(self.receipts)
         self._inspector = PersistedExecutionInspector()
         self._controller = PersistedExecutionController()
@@ -162,7 +167,9 @@ class LocalLauncher:
                 started_at_ms=started_at_ms,
             )
         try:
-            handle = self._executor.start(spec)
+            handle = self._executor.start(
+                spec, on_identity=lambda found: self.identities.append(attempt_id, found.text)
+            )
         except SpawnRefused as refused:
             return self._refused(
                 run_id,
@@ -271,6 +278,12 @@ class LocalLauncher:
     def registered(self, attempt_id: str) -> bool:
         """Whether a start was ever registered for the Attempt (D-1)."""
         return any(attempt == attempt_id for _run, attempt in self.spawns.entries())
+
+    def journaled_identity(self, attempt_id: str) -> str | None:
+        """The wrapper identity journaled for the Attempt before its command was sent, or None
+        (then the command never ran: LR-9). One start per Attempt, so at most one line."""
+        found = [handle for attempt, handle in self.identities.entries() if attempt == attempt_id]
+        return found[-1] if found else None
 
     # -- identity and stop -----------------------------------------------------------------------
     def inspect(self, handle_text: str) -> InspectionResult:

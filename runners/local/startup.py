@@ -7,11 +7,10 @@ Runs once, before the first execution-control cycle, on the application's one co
 2. resolve each candidate (a local Attempt `starting`/`running`) in its own transaction with
    exactly one Evidence value, collected in the kernel's order (`collect_evidence`: the receipt
    first, authenticated by the kernel's `local_receipt_read`; then two inspections of the exact
-   persisted identity; D-1: a `starting` Attempt with no launcher registration is trusted
-   not-running); a `live` one is adopted by the launcher (execution control watches it), and so
-   is a registered start whose handle fact was lost (`handle_missing`: its receipt will come;
-   the kernel's `watched_after_startup`); any other `unknown` one is left as it is and reported
-   (fail closed; the next startup re-examines it);
+   identity the kernel's `launch_identity` names: the recorded handle, else the launcher's
+   journaled identity, else none, a trusted not-running report: LR-9); a `live` one is adopted
+   by the launcher, which watches it for its receipt (the kernel's `watched_after_startup`); an
+   `unknown` one is left as it is and reported (fail closed; the next startup re-examines it);
 3. fail the orphaned `created` Runs from before this process started (B-30).
 """
 
@@ -31,6 +30,7 @@ from kernel import (
     ReceiptState,
     RecoverLocalStartup,
     collect_evidence,
+    launch_identity,
     local_receipt_read,
     startup_budget_exhausted,
     watched_after_startup,
@@ -101,14 +101,10 @@ def _evidence(launcher: LocalLauncher, attempt: Attempt) -> Evidence:
         return local_receipt_read(attempt, receipt)
 
     def inspect() -> Inspection:
-        handle = attempt.executor_handle
-        if handle is None:
-            return (
-                Inspection.NOT_RUNNING
-                if not launcher.registered(attempt.attempt_id)
-                else Inspection.HANDLE_MISSING
-            )
-        return _INSPECTION[launcher.inspect(handle)]
+        target = launch_identity(attempt, launcher.journaled_identity(attempt.attempt_id))
+        if isinstance(target, Inspection):
+            return target
+        return _INSPECTION[launcher.inspect(target)]
 
     return collect_evidence(read, inspect)
 
@@ -142,7 +138,9 @@ def local_startup_recovery(
             outcome = execute(store, command, clock())
             resolved.append((candidate.attempt_id, outcome.kind.value, outcome.code.value))
             if watched_after_startup(outcome):
-                launcher.adopt(candidate.run_id, candidate.attempt_id, attempt.executor_handle)
+                handle = launch_identity(attempt, launcher.journaled_identity(attempt.attempt_id))
+                identity = handle if isinstance(handle, str) else None
+                launcher.adopt(candidate.run_id, candidate.attempt_id, identity)
                 live.append(candidate.attempt_id)
         if not page.has_more:
             break

@@ -48,15 +48,16 @@ SPAWN_LOG = "spawns.log"
 class SpawnJournal:
     """The executor's own append-only record of start calls (module docstring)."""
 
-    def __init__(self, directory: Path | str) -> None:
+    def __init__(self, directory: Path | str, name: str = SPAWN_LOG) -> None:
         self._dir = Path(directory)
         if not self._dir.is_absolute():
             raise ValueError("spawn journal directory must be an absolute path")
+        self._name = name
         self._lock = threading.Lock()
 
     @property
     def path(self) -> Path:
-        return self._dir / SPAWN_LOG
+        return self._dir / self._name
 
     def append(self, offer_id: str, attempt_id: str) -> None:
         line = f"{offer_id} {attempt_id}\n".encode("ascii")

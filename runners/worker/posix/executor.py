@@ -40,7 +40,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -451,6 +451,7 @@ class SpawnRefusalCode(enum.StrEnum):
     PAYLOAD_INVALID = "PAYLOAD_INVALID"
     WRAPPER_SPAWN_FAILED = "WRAPPER_SPAWN_FAILED"
     IDENTITY_UNREADABLE = "IDENTITY_UNREADABLE"
+    IDENTITY_NOT_RECORDED = "IDENTITY_NOT_RECORDED"
     LOG_OPEN_FAILED = "LOG_OPEN_FAILED"
     SPAWN_FAILED = "SPAWN_FAILED"
 
@@ -656,8 +657,16 @@ class PosixExecutor:
     def __repr__(self) -> str:
         return f"PosixExecutor(receipts={self._receipts!r}, children={len(self._children)})"
 
-    def start(self, spec: LaunchSpec) -> DurableHandle:
+    def start(
+        self, spec: LaunchSpec, *, on_identity: Callable[[DurableHandle], None] | None = None
+    ) -> DurableHandle:
         """Start `spec` exactly once and return its durable handle (§3.5 step 8).
+
+        `on_identity`, when given, receives the wrapper's durable identity after the wrapper
+        exists and *before* the payload is sent, so before anything can run: a caller that
+        records it durably knows that an Attempt with no recorded identity never ran (the local
+        launcher's identity journal, decision LR-9). If it raises, the wrapper is ended and the
+        start is refused (`IDENTITY_NOT_RECORDED`).
 
         :raises SpawnRefused: the command certainly never ran.
         :raises SpawnAmbiguous: the command may have started; do not retry.
@@ -693,7 +702,7 @@ class PosixExecutor:
             raise SpawnRefused(SpawnRefusalCode.PAYLOAD_INVALID) from None
         process = self._spawn_wrapper(env)
         try:
-            return self._launch(process, payload, boot_id, spec.executor_started_at_ms)
+            return self._launch(process, payload, boot_id, spec.executor_started_at_ms, on_identity)
         finally:
             for stream in (process.stdin, process.stdout):
                 if stream is not None and not stream.closed:
@@ -723,6 +732,7 @@ class PosixExecutor:
         payload: bytes,
         boot_id: str,
         started_at_ms: int,
+        on_identity: Callable[[DurableHandle], None] | None = None,
     ) -> DurableHandle:
         assert process.stdin is not None
         assert process.stdout is not None
@@ -737,6 +747,12 @@ class PosixExecutor:
             self._abandon(process)
             raise SpawnRefused(SpawnRefusalCode.IDENTITY_UNREADABLE)
         handle = DurableHandle(boot_id, process.pid, found.start_ticks, started_at_ms)
+        if on_identity is not None:
+            try:
+                on_identity(handle)
+            except Exception:  # not recorded: nothing may run that recovery could not find
+                self._abandon(process)
+                raise SpawnRefused(SpawnRefusalCode.IDENTITY_NOT_RECORDED) from None
         try:
             process.stdin.write(payload)
             process.stdin.close()

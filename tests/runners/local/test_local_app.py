@@ -385,9 +385,9 @@ def test_a_start_whose_handle_fact_was_lost_completes_from_its_receipt_after_res
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A crash between the spawn and L2 (the handle fact) leaves a registered `starting` Attempt
-    whose child runs on. Startup recovery's evidence is `unknown(handle_missing)` (nothing
-    written); execution control watches it for its receipt (decision LR-6) and L3 completes it:
-    one spawn, one Attempt, `succeeded`."""
+    whose child runs on. Startup recovery inspects the identity the launcher journaled before
+    the command was sent (decision LR-9): two `running` inspections are `live`, the Attempt is
+    adopted, and L3 completes it from its receipt: one spawn, one Attempt, `succeeded`."""
 
     def crash_before_l2(store: object, command: object, observed_at_ms: int) -> object:
         if type(command).__name__ == "RecordLocalHandle":
@@ -411,7 +411,7 @@ def test_a_start_whose_handle_fact_was_lost_completes_from_its_receipt_after_res
     try:
         startup = again.start()
         attempt_id = str(_attempts(again, run_id)[0]["attempt_id"])
-        assert (attempt_id, "rejected", "handle_missing") in startup.resolved
+        assert (attempt_id, "replayed", "live") in startup.resolved
         assert startup.adopted == (attempt_id,)
         _until(again.idle, again_stepped.control, "the receipt completes the Attempt")
         assert _runs(again)[run_id]["status"] == "succeeded"
