@@ -24,7 +24,7 @@ from importlib import metadata
 from types import ModuleType
 from typing import TextIO
 
-from conformance.cli import conform, traces
+from conformance.cli import cancel, conform, logs, serve, status, submit, tasks, traces
 from conformance.cli.common import (
     CheckFailed,
     Context,
@@ -52,7 +52,16 @@ __all__ = [
 ]
 
 #: The subcommand modules, each with `register(commands: common.Commands) -> None`.
-COMMANDS: tuple[ModuleType, ...] = (conform, traces)
+COMMANDS: tuple[ModuleType, ...] = (
+    conform,
+    traces,
+    tasks,
+    submit,
+    serve,
+    status,
+    logs,
+    cancel,
+)
 
 DISTRIBUTION = "ql3-kernel"
 

@@ -1,0 +1,177 @@
+"""`qlk serve`: the local application in the foreground (issue 15 items 2 and 4; SPEC O-1..O-4).
+
+    qlk serve [--profile edge|standalone] [--until-idle] [--db FILE]
+
+It starts the application (startup recovery, the first execution-control cycle, then both
+lifecycles), prints one line per Run it starts and per completion it applies, and stops the
+O-4 way on SIGTERM or Ctrl-C (scheduler drain, execution-control drain, storage close). With
+`--until-idle` it also stops once the kernel's `local_idle` holds: nothing queued, running,
+lost, waiting for retry or due, and no process watched. At the end it prints the Runs by status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+from rich.table import Table
+
+from conformance.cli.common import (
+    Commands,
+    Context,
+    ExitCode,
+    InfrastructureError,
+    UsageError,
+    add_command,
+    add_db_argument,
+    one_line,
+    resolve_db,
+)
+from kernel.specs import Profile
+from runners.edge.store import EdgeStore
+from runners.lifecycle import CycleReport, LifecycleIncident
+from runners.local.app import LocalApplication
+from runners.local.control import ControlReport
+from runners.local.reads import run_status_counts
+from runners.local.scheduler import SchedulerReport
+from runners.local.startup import StartupRecoveryExhausted
+
+#: How often the foreground loop asks whether the application is idle (`--until-idle`).
+IDLE_POLL_S = 0.2
+#: The profiles a local application runs (cluster is issue 17's).
+LOCAL_PROFILES = (Profile.STANDALONE.value, Profile.EDGE.value)
+
+
+def register(commands: Commands) -> None:
+    serve = add_command(
+        commands,
+        "serve",
+        help="run the local application in the foreground (Ctrl-C or SIGTERM stops it)",
+        handler=run,
+    )
+    serve.add_argument(
+        "--profile",
+        choices=LOCAL_PROFILES,
+        default=Profile.STANDALONE.value,
+        help="standalone (default: 1 s cycles, 4 starts per cycle) or edge (5 s cycles, 1 start "
+        "per cycle; the small-device budget)",
+    )
+    serve.add_argument(
+        "--until-idle",
+        action="store_true",
+        help="stop once nothing is queued, running, lost, waiting for retry or due (exit 0)",
+    )
+    add_db_argument(serve)
+
+
+class _Printer:
+    """Cycle reports -> one line per started Run and per applied completion (thread-safe)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self._lock = threading.Lock()
+        self.incidents = 0
+
+    def cycle(self, report: CycleReport[ControlReport | SchedulerReport]) -> None:
+        result = report.result
+        value = getattr(result, "value", None)
+        lines: list[str] = []
+        if isinstance(value, SchedulerReport):
+            if value.schedule is not None:
+                lines += [f"fired    {f.plan.run_id}" for f in value.schedule.admitted]
+            lines += [f"started  {d.run_id}  ({d.launch})" for d in value.dispatches if d.run_id]
+        elif isinstance(value, ControlReport):
+            lines += [f"finished {a}  {kind}:{code}" for a, kind, code in value.completions]
+            lines += [f"deadline {r}  {kind}:{code}" for r, kind, code in value.deadlines]
+            lines += [f"stopped  {a}  {kind}:{code}" for a, kind, code in value.stops]
+            lines += [f"cancel   {r}  {kind}:{code}" for r, kind, code in value.convergences]
+            lines += [f"no receipt {a} (left to startup recovery)" for a in value.without_receipt]
+            lines += [f"warning  {e}" for e in value.errors]
+        if lines:
+            with self._lock:
+                for line in lines:
+                    print(line, file=self._ctx.out, flush=True)
+
+    def incident(self, incident: LifecycleIncident) -> None:
+        with self._lock:
+            self.incidents += 1
+            print(
+                f"qlk serve: {incident.lifecycle}: {incident.kind} ({incident.error}); "
+                "the next cycle tries again",
+                file=self._ctx.err,
+                flush=True,
+            )
+
+
+@contextmanager
+def _stop_signals(stop: threading.Event, interrupted: list[int]) -> Iterator[None]:
+    """SIGTERM and SIGINT set `stop` (O-4 then runs on the main thread), restored afterwards."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        interrupted.append(signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    db = resolve_db(args.db)
+    printer = _Printer(ctx)
+    try:
+        app = LocalApplication(
+            db, Profile(args.profile), on_cycle=printer.cycle, report=printer.incident
+        )
+    except (OSError, sqlite3.Error) as exc:
+        raise UsageError(f"--db {db}: cannot open the database: {one_line(exc)}") from None
+    stop = threading.Event()
+    interrupted: list[int] = []
+    with _stop_signals(stop, interrupted):
+        try:
+            startup = app.start()
+        except StartupRecoveryExhausted as exc:
+            app.stop()
+            raise InfrastructureError(f"{db}: {exc}") from None
+        print(
+            f"qlk serve: {db} ({args.profile}); startup recovery resolved "
+            f"{len(startup.resolved)}, adopted {len(startup.adopted)}, "
+            f"failed {startup.orphaned} orphaned",
+            file=ctx.err,
+            flush=True,
+        )
+        try:
+            while not stop.wait(IDLE_POLL_S):
+                if args.until_idle and app.idle():
+                    break
+        finally:
+            stopped = app.stop()
+    counts = _counts(db)
+    table = Table(title=f"Runs in {db.name}", show_edge=False)
+    table.add_column("status")
+    table.add_column("runs", justify="right")
+    for status, count in sorted(counts.items()):
+        table.add_row(status, str(count))
+    ctx.console.print(table)
+    if not stopped.drained:
+        print("qlk serve: a cycle did not finish within the stop timeout", file=ctx.err)
+    if signal.SIGINT in interrupted:
+        return ExitCode.INTERRUPTED
+    return ExitCode.OK
+
+
+def _counts(db: Path) -> dict[str, int]:
+    store = EdgeStore(db)
+    try:
+        return {str(status.value): n for status, n in run_status_counts(store).items()}
+    finally:
+        store.close()
