@@ -412,6 +412,12 @@ _ALL: Final = (
     _p("E-1", "CONF", "Appendix E", 5,
        "A Run with an intent whose started remote Attempt's lease expired (T9) converges to "
        "cancelled/timed_out in one transaction, stop_unverified; no Attempt is created."),
+    # E-7 asks for no test kind (it is a rule every `qlk` command obeys); it is registered, like
+    # S-1, so that the tests of the exit-code contract cite it. The CLI became a person's tool
+    # with the local application (issue 7).
+    _p("E-7", "CONF", "Appendix E", 7,
+       "Every qlk command exits 0 / 1 check failed / 2 usage or bad input / 3 runtime or "
+       "infrastructure / 130 interrupted; a user error is one line naming the file or flag."),
     # -- §0.4 Redaction rule ---------------------------------------------------------------------
     _p("S-1", "PBT", "§0.4", 2,
        "No raw token, command line or ExecutionSpec appears in results, Events, errors, logs, "

@@ -139,6 +139,7 @@ def test_sigterm_stops_serve_the_o4_way_with_exit_0(tmp_path: Path) -> None:
     assert "Traceback" not in err
 
 
+@pytest.mark.spec("E-7")
 def test_an_unusable_database_path_is_one_line_and_exit_2(tmp_path: Path) -> None:
     done = subprocess.run(
         [

@@ -21,7 +21,6 @@ import pytest
 from conformance.cli import logs as logs_command
 from conformance.cli import main
 from kernel import Applied, CancelReason, ConvergeCancel, RequestCancel, RunStatus
-from kernel.specs.properties import PROPERTIES
 from kernel.task import TaskDefinition, define_task
 from runners.edge.store import EdgeStore
 from runners.edge.tasks import EdgeTaskStore, TaskWrite
@@ -32,12 +31,6 @@ from runners.local.status import BacklogSource, overview, run_detail, run_progre
 
 ROOT = Path(__file__).resolve().parents[2]
 Test = TypeVar("Test", bound=Callable[..., object])
-
-
-def E7(test: Test) -> Test:
-    """`@pytest.mark.spec("E-7")` once the property registry lists E-7; until then a marker
-    naming it is a collection error (conftest.py), so the test only names it."""
-    return pytest.mark.spec("E-7")(test) if "E-7" in PROPERTIES else test
 
 
 RUN_KEYS = {
@@ -258,7 +251,7 @@ def test_status_of_a_run_shows_attempts_events_and_the_log_location(
     assert "| 2   | attempt.claimed | user  |" in out
 
 
-@E7
+@pytest.mark.spec("E-7")
 def test_status_of_an_unknown_run_exits_2_naming_it(tmp_path: Path) -> None:
     done = qlk_process(tmp_path, "status", "run-nope")
     assert (done.returncode, done.stdout) == (2, "")
@@ -309,7 +302,7 @@ def test_cancel_of_a_terminal_run_says_so(
     assert (status, out) == (0, f"{run_id}: already cancelled; nothing to cancel\n")
 
 
-@E7
+@pytest.mark.spec("E-7")
 @pytest.mark.parametrize(
     ("args", "start"),
     [
@@ -331,7 +324,7 @@ def test_unknown_runs_and_bad_reasons_exit_2(
 # -- logs ------------------------------------------------------------------------------------------
 
 
-@E7
+@pytest.mark.spec("E-7")
 def test_logs_of_a_run_without_a_log_is_a_note_and_exit_0(tmp_path: Path) -> None:
     """CLI-14: a queued Run has no log yet; that is not an error."""
     assert qlk_process(tmp_path, "task", "add", "hello", "--", "true").returncode == 0

@@ -19,17 +19,10 @@ import pytest
 from conformance.cli import main
 from conformance.cli.submit import fresh_ids
 from kernel import is_portable_id
-from kernel.specs.properties import PROPERTIES
 
 ROOT = Path(__file__).resolve().parents[2]
 Test = TypeVar("Test", bound=Callable[..., object])
 RUN_ID = re.compile(r"run-[0-9a-f]{32}")
-
-
-def E7(test: Test) -> Test:
-    """`@pytest.mark.spec("E-7")` once the property registry lists E-7; until then a marker
-    naming it is a collection error (conftest.py), so the test only names it."""
-    return pytest.mark.spec("E-7")(test) if "E-7" in PROPERTIES else test
 
 
 def qlk_process(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -84,7 +77,7 @@ def counts(capsys: pytest.CaptureFixture[str], db: Path) -> dict[str, int]:
     return runs
 
 
-@E7
+@pytest.mark.spec("E-7")
 def test_submit_prints_the_run_id_alone_and_the_run_is_queued(tmp_path: Path) -> None:
     """As a shell uses it: `RUN=$(qlk submit --task hello)`, then `qlk status $RUN --json`."""
     assert qlk_process(tmp_path, "task", "add", "hello", "--", "echo", "hello").returncode == 0
@@ -137,7 +130,7 @@ def test_an_adhoc_command_runs_as_its_implicit_task(
     assert (status, json.loads(out)) == (0, [])
 
 
-@E7
+@pytest.mark.spec("E-7")
 def test_an_unknown_task_exits_2_in_one_line_and_admits_nothing(tmp_path: Path) -> None:
     done = qlk_process(tmp_path, "submit", "--task", "nope")
     assert (done.returncode, done.stdout) == (2, "")
@@ -156,7 +149,7 @@ def test_a_removed_task_is_refused(db: Path, capsys: pytest.CaptureFixture[str])
     assert sum(counts(capsys, db).values()) == 0
 
 
-@E7
+@pytest.mark.spec("E-7")
 @pytest.mark.parametrize(
     ("args", "start"),
     [

@@ -23,16 +23,9 @@ from conformance.cli.durations import (
     iso_time,
     parse_duration,
 )
-from kernel.specs.properties import PROPERTIES
 
 ROOT = Path(__file__).resolve().parents[2]
 Test = TypeVar("Test", bound=Callable[..., object])
-
-
-def E7(test: Test) -> Test:
-    """`@pytest.mark.spec("E-7")` once the property registry lists E-7; until then a marker
-    naming it is a collection error (conftest.py), so the test only names it."""
-    return pytest.mark.spec("E-7")(test) if "E-7" in PROPERTIES else test
 
 
 def qlk_process(
@@ -169,7 +162,7 @@ def test_the_command_after_the_first_double_dash_is_kept_verbatim(
 # -- refusals: exit 2, one line naming the flag --------------------------------------------------
 
 
-@E7
+@pytest.mark.spec("E-7")
 @pytest.mark.parametrize("cron", ["61 * * * *", "@daily", "* * * *", "0 0 31 2 *"])
 def test_a_bad_cron_exits_2_naming_the_flag_in_one_line(tmp_path: Path, cron: str) -> None:
     """Shape refusals (the kernel: `@daily`, 4 fields) and meaning refusals (croniter: minute
@@ -185,7 +178,7 @@ def test_a_bad_cron_exits_2_naming_the_flag_in_one_line(tmp_path: Path, cron: st
     assert (listing.returncode, json.loads(listing.stdout)) == (0, [])
 
 
-@E7
+@pytest.mark.spec("E-7")
 @pytest.mark.parametrize("safety", [[], ["--safety", "unknown"]])
 def test_an_unsafe_retry_policy_is_refused(tmp_path: Path, safety: list[str]) -> None:
     """A-4: retry enabled (`--max-attempts 3`) with `unknown` safety is refused when written."""
@@ -214,7 +207,7 @@ def test_a_safe_retry_policy_is_stored(db: Path, capsys: pytest.CaptureFixture[s
     assert "3x idempotent 10s:5m" in out
 
 
-@E7
+@pytest.mark.spec("E-7")
 @pytest.mark.parametrize(
     ("flags", "start", "code"),
     [
@@ -248,7 +241,7 @@ def test_bad_retry_flags_exit_2_naming_the_flag(
     assert listed(capsys, db) == []
 
 
-@E7
+@pytest.mark.spec("E-7")
 @pytest.mark.parametrize(
     ("args", "start"),
     [
@@ -317,7 +310,7 @@ def test_a_relative_cwd_is_made_absolute(
 # -- the database setting and file -----------------------------------------------------------------
 
 
-@E7
+@pytest.mark.spec("E-7")
 def test_a_file_that_is_not_a_database_exits_2_naming_it(tmp_path: Path) -> None:
     bad = tmp_path / "notes.txt"
     bad.write_text("not a database\n" * 200, encoding="utf-8")
