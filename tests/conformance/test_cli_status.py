@@ -7,19 +7,14 @@ Exit statuses are SPEC E-7's."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from conformance.cli import logs as logs_command
-from conformance.cli import main
 from kernel import Applied, CancelReason, ConvergeCancel, RequestCancel, RunStatus
 from kernel.task import TaskDefinition, define_task
 from runners.edge.store import EdgeStore
@@ -28,10 +23,7 @@ from runners.engine import execute
 from runners.local.launcher import LocalLayout
 from runners.local.schedule import submit
 from runners.local.status import BacklogSource, overview, run_detail, run_progress
-
-ROOT = Path(__file__).resolve().parents[2]
-Test = TypeVar("Test", bound=Callable[..., object])
-
+from tests.support.qlk import one_line, qlk, qlk_process
 
 RUN_KEYS = {
     "run_id",
@@ -61,41 +53,13 @@ ATTEMPT_KEYS = {
 }
 
 
-def qlk_process(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`python -m conformance.cli ARGS` in `tmp_path` (database `./ql3.db`), a real process."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "QL3_DB"}
-    env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run(
-        [sys.executable, "-m", "conformance.cli", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def one_line(stderr: str) -> str:
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, stderr
-    assert "Traceback" not in stderr
-    return lines[0]
+def one_line_any(stderr: str) -> str:
+    return one_line(stderr, prefix=None)
 
 
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "ql3.db"
-
-
-def qlk(capsys: pytest.CaptureFixture[str], db: Path, *args: str) -> tuple[int, str, str]:
-    head, sep, tail = list(args), [], []
-    if "--" in head:
-        cut = head.index("--")
-        head, sep, tail = head[:cut], ["--"], head[cut + 1 :]
-    status = main([*head, "--db", str(db), *sep, *tail])
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
 def json_of(capsys: pytest.CaptureFixture[str], db: Path, *args: str) -> dict[str, Any]:
@@ -255,7 +219,7 @@ def test_status_of_a_run_shows_attempts_events_and_the_log_location(
 def test_status_of_an_unknown_run_exits_2_naming_it(tmp_path: Path) -> None:
     done = qlk_process(tmp_path, "status", "run-nope")
     assert (done.returncode, done.stdout) == (2, "")
-    assert one_line(done.stderr) == "qlk: RUN run-nope: no such run [RUN_NOT_FOUND]"
+    assert one_line_any(done.stderr) == "qlk: RUN run-nope: no such run [RUN_NOT_FOUND]"
 
 
 # -- cancel ----------------------------------------------------------------------------------------
@@ -318,7 +282,7 @@ def test_unknown_runs_and_bad_reasons_exit_2(
 ) -> None:
     status, out, err = qlk(capsys, db, *args)
     assert (status, out) == (2, "")
-    assert one_line(err).startswith(start)
+    assert one_line_any(err).startswith(start)
 
 
 # -- logs ------------------------------------------------------------------------------------------
@@ -331,7 +295,7 @@ def test_logs_of_a_run_without_a_log_is_a_note_and_exit_0(tmp_path: Path) -> Non
     run_id = qlk_process(tmp_path, "submit", "--task", "hello").stdout.strip()
     done = qlk_process(tmp_path, "logs", run_id)
     assert (done.returncode, done.stdout) == (0, "")
-    assert one_line(done.stderr) == (
+    assert one_line_any(done.stderr) == (
         f"qlk logs: run {run_id} is queued and its latest Attempt has not written a log yet"
     )
 
@@ -386,7 +350,7 @@ def test_logs_follow_of_a_run_that_ended_without_a_log(
     cancelled_outright(db, run_id)
     status, out, err = qlk(capsys, db, "logs", run_id, "--follow")
     assert (status, out) == (0, "")
-    assert one_line(err) == f"qlk logs: run {run_id} ended cancelled without writing a log"
+    assert one_line_any(err) == f"qlk logs: run {run_id} ended cancelled without writing a log"
 
 
 # -- end to end, with the running application ----------------------------------------------

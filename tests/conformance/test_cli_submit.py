@@ -6,61 +6,22 @@ one line naming the flag (SPEC E-7: exit 2)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
-from conformance.cli import main
 from conformance.cli.submit import fresh_ids
 from kernel import is_portable_id
+from tests.support.qlk import one_line, qlk, qlk_process
 
-ROOT = Path(__file__).resolve().parents[2]
-Test = TypeVar("Test", bound=Callable[..., object])
 RUN_ID = re.compile(r"run-[0-9a-f]{32}")
-
-
-def qlk_process(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`python -m conformance.cli ARGS` in `tmp_path` (database `./ql3.db`), a real process."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "QL3_DB"}
-    env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run(
-        [sys.executable, "-m", "conformance.cli", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def one_line(stderr: str) -> str:
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, stderr
-    assert lines[0].startswith("qlk: ")
-    assert "Traceback" not in stderr
-    return lines[0]
 
 
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "ql3.db"
-
-
-def qlk(capsys: pytest.CaptureFixture[str], db: Path, *args: str) -> tuple[int, str, str]:
-    head, sep, tail = list(args), [], []
-    if "--" in head:
-        cut = head.index("--")
-        head, sep, tail = head[:cut], ["--"], head[cut + 1 :]
-    status = main([*head, "--db", str(db), *sep, *tail])
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
 def status_of(capsys: pytest.CaptureFixture[str], db: Path, run_id: str) -> dict[str, Any]:

@@ -9,13 +9,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
-from conformance.cli import main
 from conformance.cli.durations import (
     DurationError,
     format_duration,
@@ -23,51 +21,14 @@ from conformance.cli.durations import (
     iso_time,
     parse_duration,
 )
+from tests.support.qlk import one_line, qlk, qlk_process
 
 ROOT = Path(__file__).resolve().parents[2]
-Test = TypeVar("Test", bound=Callable[..., object])
-
-
-def qlk_process(
-    tmp_path: Path, *args: str, db: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    """`python -m conformance.cli ARGS` in `tmp_path`, a real process."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "QL3_DB"}
-    env["PYTHONPATH"] = str(ROOT)
-    extra = [] if db is None else ["--db", str(db)]
-    return subprocess.run(
-        [sys.executable, "-m", "conformance.cli", *args, *extra],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def one_line(stderr: str) -> str:
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, stderr
-    assert lines[0].startswith("qlk: ")
-    assert "Traceback" not in stderr
-    return lines[0]
 
 
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "ql3.db"
-
-
-def qlk(capsys: pytest.CaptureFixture[str], db: Path, *args: str) -> tuple[int, str, str]:
-    """`qlk ARGS --db DB` in this process: (status, stdout, stderr)."""
-    head, sep, tail = list(args), [], []
-    if "--" in head:
-        cut = head.index("--")
-        head, sep, tail = head[:cut], ["--"], head[cut + 1 :]
-    status = main([*head, "--db", str(db), *sep, *tail])
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
 def listed(capsys: pytest.CaptureFixture[str], db: Path) -> list[dict[str, Any]]:

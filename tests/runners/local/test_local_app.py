@@ -10,8 +10,7 @@ from __future__ import annotations
 import secrets
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,48 +30,16 @@ from kernel.specs import (
     LocalControlPhase,
     Profile,
 )
-from kernel.task import LOCAL_EXECUTOR_TYPE, TaskDefinition, define_task
+from kernel.task import LOCAL_EXECUTOR_TYPE
 from runners.engine import execute
-from runners.lifecycle import CycleContext, CycleReport, SteppedScheduler
+from runners.lifecycle import CycleContext, CycleReport
 from runners.local import dispatcher
 from runners.local.app import LocalApplication, wall_clock_ms
 from runners.local.control import ControlReport, LocalExecutionControl
 from runners.local.reads import run_status_counts
-from runners.local.schedule import submit
 from runners.local.scheduler import SchedulerReport
 from runners.worker.posix.executor import InspectionResult
-
-#: Generous bound for children that finish in milliseconds (a loaded machine).
-DEADLINE_S = 30.0
-
-
-class Stepped:
-    """One stepped scheduler per lifecycle, by name."""
-
-    def __init__(self) -> None:
-        self.by_name: dict[str, SteppedScheduler] = {}
-
-    def __call__(self, name: str) -> SteppedScheduler:
-        self.by_name[name] = SteppedScheduler()
-        return self.by_name[name]
-
-    def _one(self, name: str) -> None:
-        """Exactly one cycle of lifecycle `name` (its pending timer falls due)."""
-        clock = self.by_name[name]
-        pending = clock.pending_ms
-        assert pending is not None, f"{name}: no timer armed"
-        assert clock.advance(pending - clock.now_ms) == 1
-
-    def control(self) -> None:
-        self._one("execution_control")
-
-    def scheduler(self) -> None:
-        self._one("scheduler")
-
-    def both(self) -> None:
-        self.scheduler()
-        self.control()
-
+from tests.support.local_app import Stepped, add_task, submit_run, until
 
 #: O-1 and O-4 as SPEC §6.2 states them, written out here (not read from the kernel's table), so
 #: that a change to the kernel's sequence changes what this runtime test sees.
@@ -111,35 +78,6 @@ def app(
     made.stop()
 
 
-def _task(app: LocalApplication, name: str, argv: list[str]) -> None:
-    definition = define_task(name, argv)
-    assert isinstance(definition, TaskDefinition)
-    app.tasks.add(definition, wall_clock_ms())
-
-
-def _submit(app: LocalApplication, name: str) -> str:
-    run_id = f"run-{secrets.token_hex(8)}"
-    outcome = submit(
-        app.store,
-        app.tasks,
-        name,
-        now_ms=wall_clock_ms(),
-        run_id=run_id,
-        attempt_id=f"att-{secrets.token_hex(8)}",
-    )
-    assert outcome.code.value == "admitted", outcome
-    return run_id
-
-
-def _until(condition: Callable[[], bool], step: Callable[[], None], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {DEADLINE_S} s: {what}")
-        step()
-        time.sleep(0.02)
-
-
 def _runs(app: LocalApplication) -> dict[str, dict[str, object]]:
     return {str(r["run_id"]): r for r in app.store.project()["runs"]}
 
@@ -174,15 +112,15 @@ def test_the_first_control_cycle_completes_work_left_by_a_crash_before_any_dispa
     """A child that finished while no application ran is completed by the first execution-
     control cycle (via startup recovery's adoption or the receipt), before the scheduler runs."""
     first = LocalApplication(tmp_path / "ql3.db", schedulers=stepped)
-    _task(first, "quick", ["true"])
-    run_id = _submit(first, "quick")
+    add_task(first, "quick", ["true"])
+    run_id = submit_run(first, "quick")
     first.start()
     stepped.scheduler()  # the dispatch phase launches the child
     assert _attempts(first, run_id)[0]["status"] in {"starting", "running"}
     attempt_id = str(_attempts(first, run_id)[0]["attempt_id"])
     first.store.close()  # "crash": no stop, no drain, the child runs on
     receipt = first.layout.receipts / f"{attempt_id}.json"
-    _until(receipt.exists, lambda: None, "the child's receipt")
+    until(receipt.exists, lambda: None, "the child's receipt")
     again = LocalApplication(tmp_path / "ql3.db", schedulers=Stepped())
     try:
         again.start()
@@ -200,10 +138,10 @@ def test_submitted_runs_succeed_with_one_attempt_and_one_spawn_each(
 ) -> None:
     """Twenty submissions: each scheduler cycle starts at most its budget (4 standalone), every
     Run succeeds with exactly one Attempt, and the launcher registered exactly one spawn each."""
-    _task(app, "hello", ["sh", "-c", "echo hi"])
-    run_ids = [_submit(app, "hello") for _ in range(20)]
+    add_task(app, "hello", ["sh", "-c", "echo hi"])
+    run_ids = [submit_run(app, "hello") for _ in range(20)]
     app.start()
-    _until(app.idle, stepped.both, "20 Runs settled")
+    until(app.idle, stepped.both, "20 Runs settled")
     per_cycle = [
         sum(1 for d in value.dispatches if d.run_id is not None)
         for value in (getattr(r.result, "value", None) for r in reports)
@@ -226,11 +164,11 @@ def test_a_failing_command_and_a_missing_program_fail_their_runs(
 ) -> None:
     """Exit 3 is a `failed` Run with exit code 3; a program that does not exist never ran: the
     refusal receipt (decision LR-3) fails the Run with exit code 127."""
-    _task(app, "three", ["sh", "-c", "exit 3"])
-    _task(app, "missing", ["/nonexistent/program-" + secrets.token_hex(4)])
-    three, missing = _submit(app, "three"), _submit(app, "missing")
+    add_task(app, "three", ["sh", "-c", "exit 3"])
+    add_task(app, "missing", ["/nonexistent/program-" + secrets.token_hex(4)])
+    three, missing = submit_run(app, "three"), submit_run(app, "missing")
     app.start()
-    _until(app.idle, stepped.both, "both Runs settled")
+    until(app.idle, stepped.both, "both Runs settled")
     runs = _runs(app)
     assert runs[three]["status"] == runs[missing]["status"] == "failed"
     assert _attempts(app, three)[0]["exit_code"] == 3
@@ -243,18 +181,18 @@ def test_a_cancelled_running_process_is_stopped_and_its_run_cancelled(
 ) -> None:
     """§1.9, L5: the cancellation step stops the live process through its recorded handle and
     records the stop; the process is really gone."""
-    _task(app, "sleepy", ["sleep", "60"])
-    run_id = _submit(app, "sleepy")
+    add_task(app, "sleepy", ["sleep", "60"])
+    run_id = submit_run(app, "sleepy")
     app.start()
     stepped.scheduler()
-    _until(
+    until(
         lambda: _attempts(app, run_id)[0]["status"] == "running",
         stepped.control,
         "the Attempt running",
     )
     handle = str(_attempts(app, run_id)[0]["executor_handle"])
     execute(app.store, RequestCancel(run_id, CancelReason.USER, Actor.USER), wall_clock_ms())
-    _until(app.idle, stepped.control, "the Run cancelled and the process reaped")
+    until(app.idle, stepped.control, "the Run cancelled and the process reaped")
     assert _runs(app)[run_id]["status"] == "cancelled"
     assert _attempts(app, run_id)[0]["status"] == "cancelled"
     assert app.launcher.inspect(handle) is not InspectionResult.RUNNING
@@ -264,8 +202,8 @@ def test_a_cancelled_running_process_is_stopped_and_its_run_cancelled(
 def test_a_queued_cancelled_run_converges_without_a_process(
     app: LocalApplication, stepped: Stepped
 ) -> None:
-    _task(app, "never", ["true"])
-    run_id = _submit(app, "never")
+    add_task(app, "never", ["true"])
+    run_id = submit_run(app, "never")
     execute(app.store, RequestCancel(run_id, CancelReason.USER, Actor.USER), wall_clock_ms())
     app.start()  # the first execution-control cycle converges it
     stepped.scheduler()
@@ -306,10 +244,10 @@ def test_control_cycle_steps_follow_the_kernel_and_a_drain_makes_no_lost_retry_c
 def test_a_slow_cycle_deletes_only_receipts_of_terminal_attempts(
     app: LocalApplication, stepped: Stepped
 ) -> None:
-    _task(app, "quick", ["true"])
-    ids = [_submit(app, "quick") for _ in range(3)]
+    add_task(app, "quick", ["true"])
+    ids = [submit_run(app, "quick") for _ in range(3)]
     app.start()
-    _until(app.idle, stepped.both, "three Runs settled")
+    until(app.idle, stepped.both, "three Runs settled")
     attempts = [str(_attempts(app, r)[0]["attempt_id"]) for r in ids]
     assert sorted(app.launcher.receipt_ids(16)) == sorted(attempts)
     stray = app.layout.receipts / "att-unknown.json"
@@ -371,11 +309,11 @@ def test_idle_counts_unsettled_runs_and_watched_processes(
     app: LocalApplication, stepped: Stepped
 ) -> None:
     assert app.idle()
-    _task(app, "hello", ["true"])
-    _submit(app, "hello")
+    add_task(app, "hello", ["true"])
+    submit_run(app, "hello")
     assert not app.idle()
     app.start()
-    _until(app.idle, stepped.both, "settled")
+    until(app.idle, stepped.both, "settled")
     assert run_status_counts(app.store) == {RunStatus.SUCCEEDED: 1}
     assert app.launcher.tracked == 0
 
@@ -397,8 +335,8 @@ def test_a_start_whose_handle_fact_was_lost_completes_from_its_receipt_after_res
     monkeypatch.setattr(dispatcher, "execute", crash_before_l2)
     stepped = Stepped()
     first = LocalApplication(tmp_path / "ql3.db", schedulers=stepped)
-    _task(first, "nap", ["sleep", "2"])
-    run_id = _submit(first, "nap")
+    add_task(first, "nap", ["sleep", "2"])
+    run_id = submit_run(first, "nap")
     first.start()
     with pytest.raises(KeyboardInterrupt):
         stepped.scheduler()
@@ -413,7 +351,7 @@ def test_a_start_whose_handle_fact_was_lost_completes_from_its_receipt_after_res
         attempt_id = str(_attempts(again, run_id)[0]["attempt_id"])
         assert (attempt_id, "replayed", "live") in startup.resolved
         assert startup.adopted == (attempt_id,)
-        _until(again.idle, again_stepped.control, "the receipt completes the Attempt")
+        until(again.idle, again_stepped.control, "the receipt completes the Attempt")
         assert _runs(again)[run_id]["status"] == "succeeded"
         assert len(again.launcher.spawns.entries()) == 1
     finally:
@@ -423,10 +361,10 @@ def test_a_start_whose_handle_fact_was_lost_completes_from_its_receipt_after_res
 def _lost_runs(app: LocalApplication, count: int) -> list[str]:
     """`count` Runs made `lost` the way a restart makes them: activated (L1), then trusted
     not-running evidence with no receipt (§2.1)."""
-    _task(app, "gone", ["true"])
+    add_task(app, "gone", ["true"])
     run_ids = []
     for _ in range(count):
-        run_id = _submit(app, "gone")
+        run_id = submit_run(app, "gone")
         attempt_id = str(_attempts(app, run_id)[0]["attempt_id"])
         now = wall_clock_ms()
         activate = ActivateLocal(run_id, attempt_id, LOCAL_EXECUTOR_TYPE, 1, "0" * 64)
