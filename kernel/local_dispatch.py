@@ -53,6 +53,7 @@ class DispatchEnd(enum.StrEnum):
     EXHAUSTED = "DISPATCH_NOTHING_TO_ACTIVATE"  # the source has no more candidates
     SCAN_LIMIT = "DISPATCH_SCAN_LIMIT"  # the budget's pages were read without an activation
     CURSOR_NOT_ADVANCING = "DISPATCH_CURSOR_NOT_ADVANCING"  # a broken source: refused
+    PAGE_OVERSIZED = "DISPATCH_PAGE_OVERSIZED"  # more items than asked for: a broken source
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,9 +134,17 @@ def dispatch_advance(
             return scan, DispatchDone(DispatchEnd.ACTIVATED, scan.tried, event.candidate)
         return _next(scan)
     page = event.page
+    # A source that answers more than the page size, or keys that do not strictly follow the
+    # cursor and each other, is broken: the call ends before trying any of them (RETRY-21,
+    # CAD-12: never more candidates than the budget, never one candidate twice).
+    if len(page.items) > scan.paging.page_size:
+        return scan, DispatchDone(DispatchEnd.PAGE_OVERSIZED, scan.tried)
+    previous = scan.cursor
+    for item in page.items:
+        if previous is not None and not item.key > previous:
+            return scan, DispatchDone(DispatchEnd.CURSOR_NOT_ADVANCING, scan.tried)
+        previous = item.key
     cursor = page.cursor
-    if scan.cursor is not None and cursor is not None and not cursor > scan.cursor:
-        return scan, DispatchDone(DispatchEnd.CURSOR_NOT_ADVANCING, scan.tried)
     scan = DispatchScan(
         paging=scan.paging,
         pages_read=scan.pages_read + 1,

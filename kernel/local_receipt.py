@@ -4,7 +4,8 @@ The runner reads the receipt file and digests its token (the kernel never sees a
 kernel decides whether the receipt is this Attempt's, with the one rule L3 states: Run and
 Attempt ids equal, the same callback sequence, constant-time digest equality, and the receipt's
 start time equal to the Attempt's when the Attempt has one (an Attempt still `starting` takes
-it from the receipt). Startup recovery and execution control ask the same question, so a
+it from the receipt, but never one before the Attempt was created: L3's `START_TIME_INVALID`).
+Startup recovery and execution control ask the same question, so a
 receipt that completes a live Attempt is exactly one that completes it after a restart.
 """
 
@@ -26,6 +27,9 @@ def local_receipt_read(attempt: Attempt, receipt: LocalReceipt | None) -> Receip
     if not receipt_authenticated(
         attempt, CompleteLocal(attempt.run_id, attempt.attempt_id, receipt)
     ):
+        return ReceiptRead(ReceiptState.CONFLICT)
+    if receipt.started_at_ms < attempt.created_at_ms:
+        # L3 refuses it (START_TIME_INVALID) and recovery would too: the same answer here.
         return ReceiptRead(ReceiptState.CONFLICT)
     return ReceiptRead(
         ReceiptState.VALID,

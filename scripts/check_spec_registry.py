@@ -6,8 +6,8 @@ Every checklist item of SPEC §1.12, §2.6, §3.18 and §6.5 ("- RUN-01 [ADR-002
 every Appendix D addition ("CAD-15 [ADR-0380 §3; CONF]") must be registered with the same
 bracketed source and the same test kinds (SPEC §0.2), and the registry must hold no id the SPEC
 does not list (S-1 of §0.4 and E-7 are the registered rules that are not checklist items). An
-Appendix E decision ("- E-1 Title ... CONF trace on both runners ...") that asks for a test of a kind
-("CONF trace", "PBT test") is an item too: it has no bracket, so its source is "Appendix E" and
+Appendix E decision ("- E-1 Title ... CONF trace on both runners ...") that asks for a test of a
+kind ("CONF trace", "PBT test") is an item too: it has no bracket, so its source is "Appendix E" and
 its kinds are the ones it names; a decision that names none (E-2 .. E-8 today) is not. Exit 0 when
 they agree, 1 with one line per problem, 2 when the SPEC cannot be read.
 
