@@ -33,6 +33,7 @@ from runners.worker.posix.executor import (
     PersistedExecutionController,
     PersistedExecutionInspector,
     PosixExecutor,
+    ProbeFailed,
     SpawnAmbiguous,
     SpawnRefused,
     StopFailed,
@@ -112,6 +113,8 @@ class _Tracked:
     attempt_id: str
     handle: DurableHandle | None
     own: bool = field(default=True)
+    #: The process is known to have ended: reported by every `finished()` until forgotten.
+    ended: bool = field(default=False)
 
 
 class LocalLauncher:
@@ -224,17 +227,30 @@ class LocalLauncher:
     # -- completion notifications (O-2 step 1) -------------------------------------------------
     def finished(self) -> list[tuple[str, str]]:
         """`(run_id, attempt_id)` of tracked Attempts whose process ended or whose receipt is
-        published, in start order. Own children are reaped without blocking."""
+        published, in start order, each reported again on every call until it is forgotten (so
+        execution control can wait out the receipt grace, LR-4). Own children are reaped
+        without blocking; an adopted one has ended when its receipt exists or its exact identity
+        no longer runs."""
         done: list[tuple[str, str]] = []
         for tracked in self._tracked.values():
-            handle = tracked.handle
-            if tracked.own and handle is not None and self._executor.owns(handle):
-                if self._executor.wait(handle, 0) is None:
-                    continue  # still running
-            elif not self._receipt_exists(tracked.attempt_id):
-                continue
-            done.append((tracked.run_id, tracked.attempt_id))
+            if not tracked.ended:
+                tracked.ended = self._has_ended(tracked)
+            if tracked.ended:
+                done.append((tracked.run_id, tracked.attempt_id))
         return done
+
+    def _has_ended(self, tracked: _Tracked) -> bool:
+        handle = tracked.handle
+        if tracked.own and handle is not None and self._executor.owns(handle):
+            return self._executor.wait(handle, 0) is not None
+        if self._receipt_exists(tracked.attempt_id):
+            return True
+        if handle is None:
+            return False  # nothing to inspect: only a receipt can say
+        try:
+            return self._inspector.inspect(handle.text) is not InspectionResult.RUNNING
+        except ProbeFailed:
+            return False  # unknown is not ended (fail closed); the next cycle looks again
 
     def forget(self, attempt_id: str) -> None:
         """The Attempt is settled (or needs startup recovery): stop watching it."""
