@@ -66,8 +66,7 @@ L3), unless the latest startup recovery left that Attempt unresolved (e.g. `unkn
 inconsistent inspections: only the next startup may decide), and the launcher watches nothing
 (B-52, LR-4: an Attempt whose process ended is completed, or offered for the grace and then no
 longer watched). Then, if needed, one restart and more cycles: every Run whose latest Attempt
-was spawned is terminal. `TOLERATE_B52` counts a launcher still watching in `FINDINGS` instead
-of failing (a known defect, see `test_local_app_model.py`). `REACHED` counts what the runs of
+was spawned is terminal. `REACHED` counts what the runs of
 this process reached (spawns, completions, lost retries, cron fires, ...).
 
 Step log: every machine run keeps one JSON object per step in memory (`machine.lines`): a header
@@ -83,8 +82,8 @@ observed, never in the properties.
 
 Running it: `LocalAppMachine.TestCase` with `local_app_settings(LocalAppMachine)` (budgets per
 Hypothesis profile and deployment profile in `LOCAL_APP_BUDGETS`); knobs through
-`LocalAppMachine.configured(PROFILE=Profile.EDGE, CONTROL=..., SCHEDULER=..., TRACE_DIR=...,
-TOLERATE_B52=...)`, where `CONTROL` and `SCHEDULER` replace the cycle classes the application
+`LocalAppMachine.configured(PROFILE=Profile.EDGE, CONTROL=..., SCHEDULER=..., TRACE_DIR=...)`,
+where `CONTROL` and `SCHEDULER` replace the cycle classes the application
 builds (the planted-bug tests use them); `MAX_*` bound a run.
 """
 
@@ -162,7 +161,6 @@ from runners.local.scheduler import LocalScheduler, SchedulerReport
 from runners.worker.posix.executor import DurableHandle, HandleError
 
 __all__ = [
-    "FINDINGS",
     "LOCAL_APP_BUDGETS",
     "NAME",
     "REACHED",
@@ -243,8 +241,6 @@ LOCAL_APP_BUDGETS: Final[Mapping[str, Mapping[Profile, Budget]]] = {
 
 _serials = itertools.count(1)
 
-#: Known defects a tolerant machine ran into (by SPEC id), instead of failing.
-FINDINGS: Counter[str] = Counter()
 
 #: What the machine runs of this process reached (the budget test asserts each is > 0):
 #: spawns, completions, lost-retry candidates scanned / full pages (`has_more`) / retries
@@ -379,16 +375,13 @@ def _steps(app: LocalApplication) -> tuple[str, ...]:
 
 class LocalAppMachine(RuleBasedStateMachine):
     """See the module docstring. Class-level knobs (`configured(...)`): `PROFILE`, `CONTROL`,
-    `SCHEDULER`, `TRACE_DIR`, `TOLERATE_B52`, `MAX_TASKS`, `MAX_SUBMITTED`, `MAX_SPAWNS`,
+    `SCHEDULER`, `TRACE_DIR`, `MAX_TASKS`, `MAX_SUBMITTED`, `MAX_SPAWNS`,
     `MAX_RESTARTS`."""
 
     PROFILE: ClassVar[Profile] = Profile.STANDALONE
     CONTROL: ClassVar[type[LocalExecutionControl]] = LocalExecutionControl
     SCHEDULER: ClassVar[type[LocalScheduler]] = LocalScheduler
     TRACE_DIR: ClassVar[str | None] = None
-    #: Count (in `FINDINGS`) instead of failing when the launcher still watches Attempts at
-    #: teardown: the known launcher defect of `test_local_app_model.py` (LR-4, B-52).
-    TOLERATE_B52: ClassVar[bool] = False
     MAX_TASKS: ClassVar[int] = 6
     MAX_SUBMITTED: ClassVar[int] = 8
     MAX_SPAWNS: ClassVar[int] = 5
@@ -1184,14 +1177,12 @@ class LocalAppMachine(RuleBasedStateMachine):
             )
         watched = self.app.launcher.tracked
         if watched:
-            if not self.TOLERATE_B52:
-                raise ModelViolation(
-                    f"B-52: the launcher still watches {watched} Attempt(s) after every child "
-                    f"ended, the grace passed and {SETTLE_CYCLES} control cycles ran (LR-4: "
-                    "offered again for the grace, then no longer watched and reported); "
-                    "idle() cannot hold"
-                )
-            FINDINGS["B-52"] += 1
+            raise ModelViolation(
+                f"B-52: the launcher still watches {watched} Attempt(s) after every child "
+                f"ended, the grace passed and {SETTLE_CYCLES} control cycles ran (LR-4: "
+                "offered again for the grace, then no longer watched and reported); "
+                "idle() cannot hold"
+            )
         if self._unsettled():
             self.restarts += 1
             self._stop()

@@ -291,10 +291,6 @@ class LocalLauncher:
         )
         return names[:limit]
 
-    def registered(self, attempt_id: str) -> bool:
-        """Whether a start was ever registered for the Attempt (D-1)."""
-        return any(attempt == attempt_id for _run, attempt in self.spawns.entries())
-
     def journaled_identity(self, attempt_id: str) -> str | None:
         """The wrapper identity journaled for the Attempt before its command was sent, or None
         (then the command never ran: LR-9). One start per Attempt, so at most one line."""
