@@ -163,8 +163,7 @@ class LocalExecutionControl:
                 if aggregate is None or attempt is None or attempt.executor_handle is None:
                     continue  # moved on since the page was read
                 reason = aggregate.run.cancel_reason
-                if reason is None:
-                    continue
+                assert reason is not None  # the source selects Runs with an intent (I-2)
                 result = self._launcher.stop(attempt.executor_handle, reason)
                 if result is None:
                     report.errors.append(f"stop {candidate.attempt_id}: not conclusive")

@@ -37,6 +37,7 @@ from kernel import (
 )
 from kernel.specs.states import UnknownReason
 from tests.support.recovery_fixtures import (
+    RECEIPT_MUTATIONS,
     T0,
     admit,
     callback_digest,
@@ -44,6 +45,7 @@ from tests.support.recovery_fixtures import (
     latest,
     local_running,
     local_starting,
+    mutate_receipt,
     receipt_for,
     remote_started,
 )
@@ -52,7 +54,7 @@ OUTCOMES = st.sampled_from(CompletionOutcome)
 EXIT_CODES = st.none() | st.integers(-2, 255)
 STARTED = T0 + 5  # the handle fact of the running Attempt, and every receipt's start time
 
-MISMATCHES = ("run_id", "attempt_id", "seq_up", "seq_down", "digest", "start_up", "start_down")
+MISMATCHES = RECEIPT_MUTATIONS
 
 
 def _stage(running: bool) -> RunAggregate:
@@ -60,27 +62,6 @@ def _stage(running: bool) -> RunAggregate:
     if running:
         return local_running("run-1", "a1", T0, started_at_ms=STARTED)
     return local_starting("run-1", "a1", T0)
-
-
-def _mismatch(receipt: LocalReceipt, which: str, position: int = 0) -> LocalReceipt:
-    if which == "run_id":
-        return dataclasses.replace(receipt, run_id="run-2")
-    if which == "attempt_id":
-        return dataclasses.replace(receipt, attempt_id="a2")
-    if which == "seq_up":
-        return dataclasses.replace(receipt, callback_sequence=receipt.callback_sequence + 1)
-    if which == "seq_down":
-        return dataclasses.replace(receipt, callback_sequence=receipt.callback_sequence - 1)
-    if which == "digest":
-        digest = receipt.token_sha256
-        flipped = "0" if digest[position] != "0" else "1"
-        return dataclasses.replace(
-            receipt, token_sha256=digest[:position] + flipped + digest[position + 1 :]
-        )
-    if which == "start_up":
-        return dataclasses.replace(receipt, started_at_ms=receipt.started_at_ms + 1)
-    assert which == "start_down"
-    return dataclasses.replace(receipt, started_at_ms=receipt.started_at_ms - 1)
 
 
 # -- absent and valid ------------------------------------------------------------------------------
@@ -133,7 +114,7 @@ def test_a_receipt_started_before_the_attempt_existed_is_a_conflict(before: int)
 @pytest.mark.parametrize("which", MISMATCHES)
 def test_each_mismatch_alone_is_a_conflict_for_a_running_attempt(which: str) -> None:
     agg = _stage(running=True)
-    receipt = _mismatch(receipt_for(agg, started_at_ms=STARTED), which)
+    receipt = mutate_receipt(receipt_for(agg, started_at_ms=STARTED), which)
     read = local_receipt_read(latest(agg), receipt)
     assert read == ReceiptRead(ReceiptState.CONFLICT)
     assert read.completed is None
@@ -142,7 +123,7 @@ def test_each_mismatch_alone_is_a_conflict_for_a_running_attempt(which: str) -> 
 @pytest.mark.parametrize("which", MISMATCHES)
 def test_only_the_start_time_is_not_checked_for_a_starting_attempt(which: str) -> None:
     agg = _stage(running=False)
-    receipt = _mismatch(receipt_for(agg, started_at_ms=STARTED), which)
+    receipt = mutate_receipt(receipt_for(agg, started_at_ms=STARTED), which)
     state = local_receipt_read(latest(agg), receipt).state
     assert state is (ReceiptState.VALID if which.startswith("start") else ReceiptState.CONFLICT)
 
@@ -150,7 +131,7 @@ def test_only_the_start_time_is_not_checked_for_a_starting_attempt(which: str) -
 @given(running=st.booleans(), position=st.integers(0, 63))
 def test_one_differing_digest_character_is_a_conflict(running: bool, position: int) -> None:
     agg = _stage(running)
-    receipt = _mismatch(receipt_for(agg, started_at_ms=STARTED), "digest", position)
+    receipt = mutate_receipt(receipt_for(agg, started_at_ms=STARTED), "digest", position)
     assert local_receipt_read(latest(agg), receipt).state is ReceiptState.CONFLICT
 
 
@@ -201,7 +182,7 @@ def test_a_valid_read_completes_exactly_as_l3_does(
     agg = _stage(running)
     attempt = latest(agg)
     base = receipt_for(agg, outcome, started_at_ms=STARTED, exit_code=exit_code)
-    receipt = base if which == "none" else _mismatch(base, which, position)
+    receipt = base if which == "none" else mutate_receipt(base, which, position)
     read = local_receipt_read(attempt, receipt)
     now = agg.run.updated_at_ms + 10
     live = complete_local(agg, complete_cmd(agg, receipt), now)

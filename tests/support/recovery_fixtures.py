@@ -177,6 +177,44 @@ def handle_cmd(agg: RunAggregate, started_at_ms: int, handle: str = "pid:7") -> 
     )
 
 
+#: The one-fact changes `mutate_receipt` makes ("start" is "start_up").
+RECEIPT_MUTATIONS = (
+    "run_id",
+    "attempt_id",
+    "seq_up",
+    "seq_down",
+    "digest",
+    "start_up",
+    "start_down",
+)
+
+
+def mutate_receipt(receipt: LocalReceipt, which: str, position: int = 0) -> LocalReceipt:
+    """`receipt` with exactly one fact changed (`none` changes nothing): another Run or
+    Attempt id, the callback sequence one up or down, the token digest's hex digit at
+    `position` flipped, or the start time one millisecond later or earlier."""
+    if which == "run_id":
+        return dataclasses.replace(receipt, run_id="run-other")
+    if which == "attempt_id":
+        return dataclasses.replace(receipt, attempt_id="a-other")
+    if which == "seq_up":
+        return dataclasses.replace(receipt, callback_sequence=receipt.callback_sequence + 1)
+    if which == "seq_down":
+        return dataclasses.replace(receipt, callback_sequence=receipt.callback_sequence - 1)
+    if which == "digest":
+        digest = receipt.token_sha256
+        flipped = "0" if digest[position] != "0" else "1"
+        return dataclasses.replace(
+            receipt, token_sha256=digest[:position] + flipped + digest[position + 1 :]
+        )
+    if which in ("start", "start_up"):
+        return dataclasses.replace(receipt, started_at_ms=receipt.started_at_ms + 1)
+    if which == "start_down":
+        return dataclasses.replace(receipt, started_at_ms=receipt.started_at_ms - 1)
+    assert which == "none", which
+    return receipt
+
+
 def receipt_for(
     agg: RunAggregate,
     outcome: CompletionOutcome = CompletionOutcome.SUCCEEDED,

@@ -57,6 +57,7 @@ from tests.support.recovery_fixtures import (
     local_requeued,
     local_running,
     local_starting,
+    mutate_receipt,
     not_running_cmd,
     ok,
     receipt_for,
@@ -311,27 +312,6 @@ def _terminal(running: RunAggregate, how: str) -> RunAggregate:
 _MUTATIONS = ("none", "run_id", "attempt_id", "seq_up", "seq_down", "digest", "start")
 
 
-def _mutate(receipt: LocalReceipt, which: str, position: int) -> LocalReceipt:
-    if which == "run_id":
-        return dataclasses.replace(receipt, run_id="run-other")
-    if which == "attempt_id":
-        return dataclasses.replace(receipt, attempt_id="a-other")
-    if which == "seq_up":
-        return dataclasses.replace(receipt, callback_sequence=receipt.callback_sequence + 1)
-    if which == "seq_down":
-        return dataclasses.replace(receipt, callback_sequence=receipt.callback_sequence - 1)
-    if which == "digest":
-        digest = receipt.token_sha256
-        flipped = "0" if digest[position] != "0" else "1"
-        return dataclasses.replace(
-            receipt, token_sha256=digest[:position] + flipped + digest[position + 1 :]
-        )
-    if which == "start":
-        return dataclasses.replace(receipt, started_at_ms=receipt.started_at_ms + 1)
-    assert which == "none"
-    return receipt
-
-
 @pytest.mark.spec("RUN-03", "RUN-08")
 @given(
     from_running=st.booleans(),
@@ -367,7 +347,7 @@ def test_receipt_authentication_and_first_terminal_fact_wins(
     )
     attempt = latest(agg)
     base = receipt_for(agg, outcome, started_at_ms=T0 + 5, exit_code=exit_code)
-    receipt = _mutate(base, mutation, position)
+    receipt = mutate_receipt(base, mutation, position)
     now = agg.run.updated_at_ms + gap
     result = complete_local(agg, complete_cmd(agg, receipt), now)
     authentic = mutation == "none" or (mutation == "start" and attempt.started_at_ms is None)
@@ -447,7 +427,7 @@ def test_receipt_digest_is_compared_with_compare_digest(
     agg = local_running("run-1", "a1", T0)
     receipt = receipt_for(agg)
     if not authentic:
-        receipt = _mutate(receipt, "digest", 63)
+        receipt = mutate_receipt(receipt, "digest", 63)
     calls: list[tuple[bytes, bytes]] = []
     real: Callable[[bytes, bytes], bool] = hmac.compare_digest
 

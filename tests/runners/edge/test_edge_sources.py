@@ -23,13 +23,8 @@ from hypothesis import strategies as st
 
 from conformance.run.projection import project
 from kernel import (
-    AppendEvent,
     Attempt,
     Event,
-    InsertAttempt,
-    InsertLease,
-    InsertPolicy,
-    InsertRun,
     Lease,
     Run,
     RunAggregate,
@@ -44,7 +39,8 @@ from kernel.specs.states import (
     RunStatus,
 )
 from runners.edge.named_sql import SOURCES
-from runners.edge.store import EdgeStore, EdgeTransaction
+from runners.edge.store import EdgeStore
+from tests.support.edge_worlds import persist_world
 from tests.support.source_worlds import (
     BINDING_FACTS,
     BINDING_FACTS_VALUES,
@@ -53,29 +49,6 @@ from tests.support.source_worlds import (
     TIMES,
     world,
 )
-
-
-def persist(
-    store: EdgeStore, aggregates: list[RunAggregate], events: dict[str, list[Event]]
-) -> None:
-    """Replace the file's rows with `aggregates`, written by the runner's own statements."""
-    with store.authority.transaction() as conn:
-        conn.execute("DELETE FROM events")
-        conn.execute("DELETE FROM run_dispatch_leases")
-        conn.execute("DELETE FROM run_retry_policies")
-        conn.execute("DELETE FROM attempts")
-        conn.execute("DELETE FROM runs")
-        tx = EdgeTransaction(conn)
-        for agg in aggregates:
-            tx.execute(InsertRun(agg.run))
-            for attempt in agg.attempts:
-                tx.execute(InsertAttempt(attempt))
-            if agg.policy is not None:
-                tx.execute(InsertPolicy(agg.policy))
-            for lease in agg.leases:
-                tx.execute(InsertLease(lease))
-            for event in events.get(agg.run.run_id, ()):
-                tx.execute(AppendEvent(event))
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +98,7 @@ def test_each_sql_source_returns_exactly_the_oracle_page(
     pick: int,
 ) -> None:
     aggregates, events = data
-    persist(store, aggregates, events)
+    persist_world(store, aggregates, events)
     assert store.project() == project(aggregates, events)
 
     def start_from(keys: list[Any], synthetic: Any) -> Any:
@@ -230,7 +203,7 @@ def test_pristine_is_decided_by_every_fact_alone(store: EdgeStore, fact: str | N
     if fact is not None:
         attempt = dataclasses.replace(attempt, **{fact: BINDING_FACTS_VALUES[fact]})
     aggregates = [RunAggregate(run, (attempt,))]
-    persist(store, aggregates, {})
+    persist_world(store, aggregates, {})
     page = store.runtime_recovery_candidates(10, 16)
     assert page == selection.runtime_recovery_candidates(aggregates, 10, 16)
     assert [c.attempt_id for c in page.items] == ([] if fact is None else ["a1"])
@@ -308,7 +281,7 @@ def _populate(store: EdgeStore, runs: int) -> None:
             i,
         )
         aggregates.append(RunAggregate(run, (attempt,), None, (lease,)))
-    persist(store, aggregates, {})
+    persist_world(store, aggregates, {})
 
 
 @pytest.mark.parametrize("analyzed", [False, True], ids=["no-statistics", "analyzed"])

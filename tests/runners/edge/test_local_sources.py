@@ -24,39 +24,16 @@ from hypothesis import strategies as st
 
 from kernel import (
     Attempt,
-    InsertAttempt,
-    InsertLease,
-    InsertPolicy,
-    InsertRun,
     Run,
     RunAggregate,
     local_stop_candidates,
 )
 from kernel.selection import PageError
 from kernel.specs.states import AttemptStatus, CancelReason, RunKind, RunOwner, RunStatus
-from runners.edge.store import EdgeStore, EdgeTransaction
+from runners.edge.store import EdgeStore
 from runners.local import reads
+from tests.support.edge_worlds import persist_world
 from tests.support.source_worlds import DIGEST, world
-
-
-def persist(store: EdgeStore, aggregates: list[RunAggregate]) -> None:
-    """Replace the file's Run-domain rows with `aggregates`, written by the runner's own
-    statements."""
-    with store.authority.transaction() as conn:
-        conn.execute("DELETE FROM events")
-        conn.execute("DELETE FROM run_dispatch_leases")
-        conn.execute("DELETE FROM run_retry_policies")
-        conn.execute("DELETE FROM attempts")
-        conn.execute("DELETE FROM runs")
-        tx = EdgeTransaction(conn)
-        for agg in aggregates:
-            tx.execute(InsertRun(agg.run))
-            for attempt in agg.attempts:
-                tx.execute(InsertAttempt(attempt))
-            if agg.policy is not None:
-                tx.execute(InsertPolicy(agg.policy))
-            for lease in agg.leases:
-                tx.execute(InsertLease(lease))
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +145,7 @@ def stop_worlds(draw: st.DrawFn) -> list[RunAggregate]:
 def test_the_sql_stop_source_returns_exactly_the_oracle_page(
     store: EdgeStore, aggregates: list[RunAggregate], limit: int
 ) -> None:
-    persist(store, aggregates)
+    persist_world(store, aggregates)
     for size in (limit, 1):  # a page of 1 makes `has_more` count
         got = reads.local_stop_candidates(store, size)
         want = local_stop_candidates(aggregates, size)
@@ -195,7 +172,7 @@ def test_each_term_decides_alone_in_sql_as_in_the_oracle(
     agg = _one_selected()
     if term is not None:
         agg = off(agg, term, RunStatus.DISPATCHING, AttemptStatus.STARTING)
-    persist(store, [agg])
+    persist_world(store, [agg])
     page = reads.local_stop_candidates(store, 16)
     assert page == local_stop_candidates([agg], 16)
     expected = [] if term is not None else [("r1", "a1", (7, "r1"))]
@@ -217,7 +194,7 @@ def test_ties_on_the_intent_time_are_ordered_by_run_id(store: EdgeStore) -> None
             ("r0", "a3", 6),
         )
     ]
-    persist(store, aggs)
+    persist_world(store, aggs)
     page = reads.local_stop_candidates(store, 3)
     assert [c.run_id for c in page.items] == ["rc", "ra", "rb"]
     assert page.has_more
