@@ -36,6 +36,7 @@ from pathlib import Path
 
 from runners.edge.migrate import migrate
 from runners.edge.named_sql import STATEMENTS
+from runners.sqlite_wal import enter_wal
 
 SYNCHRONOUS_MODES = ("EXTRA", "FULL", "NORMAL")
 _SYNCHRONOUS_PRAGMA = {
@@ -79,8 +80,8 @@ def connect(path: Path, synchronous: str, busy_timeout_ms: int) -> sqlite3.Conne
         check_same_thread=False,  # used from lifecycle threads, always under the lock
     )
     try:
-        (mode,) = conn.execute(STATEMENTS["pragma_journal_mode_wal"]).fetchone()
-        if str(mode).lower() != "wal":
+        mode = enter_wal(conn, STATEMENTS["pragma_journal_mode_wal"], busy_timeout_ms / 1000)
+        if mode.lower() != "wal":
             raise sqlite3.OperationalError(f"could not enable WAL (journal_mode is {mode})")
         conn.execute(STATEMENTS["pragma_foreign_keys_on"])
         conn.execute(STATEMENTS[_SYNCHRONOUS_PRAGMA[synchronous]])

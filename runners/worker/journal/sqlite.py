@@ -69,6 +69,7 @@ from typing import Final
 from kernel.specs import HARD_LIMITS, Code, IntRange, check_in_range
 from kernel.worker import JournalCorrupt, JournalRecord, decode_record
 from runners.named_sql import load
+from runners.sqlite_wal import enter_wal
 from runners.worker.journal.common import (
     CAPACITY_RANGE,
     DEFAULT_CAPACITY,
@@ -458,8 +459,8 @@ class SqliteJournal:
             check_same_thread=False,  # always used under one of the adapter's locks
         )
         try:
-            (mode,) = conn.execute(JOURNAL_SQL["pragma_journal_mode_wal"]).fetchone()
-            if str(mode).lower() != "wal":
+            mode = enter_wal(conn, JOURNAL_SQL["pragma_journal_mode_wal"], self._busy_timeout_s)
+            if mode.lower() != "wal":
                 raise JournalError(Code.JOURNAL_PERMISSIONS, "wal_unavailable")
             conn.execute(JOURNAL_SQL["pragma_synchronous_full"])
             (level,) = conn.execute(JOURNAL_SQL["read_synchronous"]).fetchone()
