@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kernel.specs.states import (
+    INTENT_FINAL_STATUS,
     Actor,
     AttemptStatus,
     CancelReason,
@@ -57,6 +58,14 @@ class Run:
     @property
     def has_cancel_intent(self) -> bool:
         return self.cancel_requested_at_ms is not None
+
+    @property
+    def intent_status(self) -> RunStatus | None:
+        """The status this Run's cancellation intent ends it with (`INTENT_FINAL_STATUS`), or
+        None without an intent."""
+        if not self.has_cancel_intent or self.cancel_reason is None:
+            return None
+        return INTENT_FINAL_STATUS[self.cancel_reason]
 
 
 @dataclass(frozen=True, slots=True)

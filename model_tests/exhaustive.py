@@ -199,16 +199,11 @@ def _local_menu(agg: RunAggregate, now: int) -> Iterator[Command]:
     yield ActivateLocal(RUN_ID, aid, LOCAL, 1, CALLBACK_DIGEST)
     yield RecordLocalHandle(RUN_ID, aid, "pid:7", now)
     started = latest.started_at_ms or latest.created_at_ms
-    receipt = LocalReceipt(
-        RUN_ID,
-        aid,
-        latest.callback_sequence,
-        CALLBACK_DIGEST,
-        CompletionOutcome.SUCCEEDED,
-        started,
-        0,
-    )
-    yield CompleteLocal(RUN_ID, aid, receipt)
+    for outcome, exit_code in ((CompletionOutcome.SUCCEEDED, 0), (CompletionOutcome.FAILED, -15)):
+        receipt = LocalReceipt(
+            RUN_ID, aid, latest.callback_sequence, CALLBACK_DIGEST, outcome, started, exit_code
+        )
+        yield CompleteLocal(RUN_ID, aid, receipt)
     yield RecordLocalStop(RUN_ID, aid, StopResult.ALREADY_EXITED)
     completed = CompletedEvidence(CompletionOutcome.FAILED, latest.callback_sequence, 1)
     for evidence in (NotRunningEvidence(), UnknownEvidence(UnknownReason.PROBE_FAILED), completed):
@@ -275,12 +270,40 @@ def check_transition(agg: RunAggregate | None, command: Command, at: int, outcom
         allowed = oracle.grant_allowed(agg, command, at)
         require((kind == "applied") == allowed, "T1", f"grant {kind} {code}")
         checks += 1
+    elif local_completion(agg, command, outcome) is not None:
+        assert agg is not None
+        assert isinstance(outcome, Applied)
+        completion = local_completion(agg, command, outcome)
+        assert completion is not None
+        want_status = oracle.local_completion_status(agg.run, completion)
+        after = outcome.aggregate
+        require(
+            after.run.status is want_status
+            and after.attempts[-1].status.value == want_status.value,
+            "R-27",
+            f"{command.name} {completion} under {agg.run.cancel_reason} ended {after.run.status}",
+        )
+        checks += 1
     elif isinstance(command, ConvergeCancel):
         want = oracle.expected_converge(agg, command.run_id, at)
         spec = "E-1" if agg is not None and oracle.authority_revoked(agg) else "§1.9"
         require((kind, code) == want, spec, f"convergence {kind} {code}, want {want}")
         checks += 1
     return checks
+
+
+def local_completion(
+    agg: RunAggregate | None, command: Command, outcome: object
+) -> CompletionOutcome | None:
+    """The outcome of an applied local completion (L3, or local startup recovery with
+    `completed` evidence), which decision R-27 maps; None for any other transition."""
+    if agg is None or not isinstance(outcome, Applied):
+        return None
+    if isinstance(command, CompleteLocal):
+        return command.receipt.outcome
+    if isinstance(command, RecoverLocalStartup) and isinstance(command.evidence, CompletedEvidence):
+        return command.evidence.outcome
+    return None
 
 
 def check_replay(agg: RunAggregate | None, command: Command, at: int, first: Applied) -> int:
@@ -331,6 +354,10 @@ def explore(horizon_ms: int = HORIZON_MS, max_states: int = 500_000) -> Exhausti
                 and oracle.authority_revoked(agg)
             ):
                 result.outcomes[f"E-1 {outcome.kind.value} {outcome.code.value}"] += 1
+            completion = local_completion(agg, command, outcome)
+            if completion is not None and agg is not None and agg.run.has_cancel_intent:
+                # Decision R-27, reached and checked: the completion's outcome under an intent.
+                result.outcomes[f"R-27 {completion.value} under intent"] += 1
             if isinstance(outcome, Applied):
                 result.applied += 1
                 result.invariant_checks += check_replay(agg, command, now, outcome)

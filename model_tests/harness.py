@@ -40,6 +40,8 @@ from kernel import (
     AdmitRun,
     Applied,
     Attempt,
+    CompletedEvidence,
+    CompleteLocal,
     CompleteWithLease,
     ConvergeCancel,
     Event,
@@ -64,6 +66,7 @@ from kernel.specs.states import (
     FINAL_LEASE_STATUSES,
     Actor,
     AttemptStatus,
+    CompletionOutcome,
     LeaseStatus,
     ReleaseReason,
     RunStatus,
@@ -98,6 +101,8 @@ class MachineCounts:
     instances: int = 0
     # Applied convergences of a Run whose remote authority T9 revoked (Appendix E-1), checked.
     revoked_convergences: int = 0
+    # Applied local completions under an intent that R-27 ended with the intent's status, checked.
+    intent_completions: int = 0
 
 
 @dataclass
@@ -799,6 +804,8 @@ class Harness:
                 self._check_converge(rec, target)
             elif isinstance(command, ActivateLocal):
                 self._check_activation(rec, command, target)
+            elif isinstance(command, CompleteLocal):
+                self._check_local_completion(rec, command.receipt.outcome, target)
             elif isinstance(command, RenewLease) and rec.kind == "applied" and target is not None:
                 after = rec.after.agg(target.run.run_id)
                 assert after is not None
@@ -1017,6 +1024,34 @@ class Harness:
                 "I-R1",
                 f"recovery touched a {old.status} attempt: {rec.where()}",
             )
+            if isinstance(evidence, CompletedEvidence) and old.is_local:
+                self._check_local_completion(rec, evidence.outcome, target)
+
+    def _check_local_completion(
+        self, rec: Record, outcome: CompletionOutcome, target: RunAggregate | None
+    ) -> None:
+        """L3 as amended by decision R-27 (and §2.1 `completed` evidence of a local Attempt):
+        the Run and the Attempt end with the completion's outcome, except that under a
+        cancellation intent anything but `succeeded` ends with the intent's status."""
+        if rec.kind != "applied" or target is None:
+            return
+        after = rec.after.agg(target.run.run_id)
+        old = target.latest_attempt
+        assert after is not None
+        assert old is not None
+        run = target.run
+        expected = oracle.local_completion_status(run, outcome)
+        attempt = after.attempt(old.attempt_id)
+        require(
+            after.run.status is expected
+            and attempt is not None
+            and attempt.status.value == expected.value,
+            "R-27",
+            f"local completion {outcome} under intent {run.cancel_reason} ended "
+            f"{after.run.status}: {rec.where()}",
+        )
+        if run.has_cancel_intent and expected.value != outcome.value:
+            self.counts.intent_completions += 1
 
     def _check_converge(self, rec: Record, target: RunAggregate | None) -> None:
         """§1.9 and Appendix E-1: the outcome is the oracle's; an applied convergence ends the

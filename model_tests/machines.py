@@ -846,6 +846,14 @@ class RunLifecycleMachine(ModelMachine):
             if oracle.no_live_execution(agg):
                 return ConvergeCancel(run_id)
             if local:
+                if latest.status in (AttemptStatus.STARTING, AttemptStatus.RUNNING) and (
+                    p.next() % 3 == 0
+                ):
+                    # The child's receipt arrives first: it finished on its own, or it was
+                    # stopped and a crash lost the L4/L5 record (decision R-27).
+                    if p.next() % 2:
+                        return self.cmd_recover(run_id, False, p.choice(EVIDENCE), True)
+                    return self.cmd_local("complete_local", run_id, Picks((1, p.next(), p.next())))
                 return self.cmd_local("local_stop", run_id, p)
             if live is not None and latest.status is AttemptStatus.RUNNING:
                 fence, worker = live

@@ -31,6 +31,7 @@ from kernel import (
     RecoverRuntime,
     RenewLease,
     RequestCancel,
+    Run,
     RunAggregate,
     RunRetryPolicy,
     WorkerSession,
@@ -40,6 +41,7 @@ from kernel.specs.codes import Code
 from kernel.specs.states import (
     AttemptStatus,
     CancelReason,
+    CompletionOutcome,
     LeaseStatus,
     Profile,
     ReleaseReason,
@@ -335,6 +337,15 @@ def pristine_retry_attempt(attempt: Attempt, number: int, executor_type: str) ->
 # -- cancellation (§1.9) ----------------------------------------------------------------------
 def cancel_final_status(reason: CancelReason | None) -> RunStatus:
     return RunStatus.TIMED_OUT if reason is CancelReason.TIMEOUT else RunStatus.CANCELLED
+
+
+def local_completion_status(run: Run, outcome: CompletionOutcome) -> RunStatus:
+    """Decision R-27 (L3 and §2.1 `completed` evidence of a local Attempt): a completion ends the
+    Run with its outcome, except that under a cancellation intent anything but `succeeded` ends
+    it with the intent's status, as the stop (L4/L5) would have."""
+    if outcome is CompletionOutcome.SUCCEEDED or not run.has_cancel_intent:
+        return RunStatus(outcome.value)
+    return cancel_final_status(run.cancel_reason)
 
 
 def authority_revoked(aggregate: RunAggregate) -> bool:

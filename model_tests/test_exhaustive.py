@@ -35,4 +35,7 @@ def test_every_reachable_state_keeps_every_invariant() -> None:
     assert result.outcomes["lost_retry_step applied requeued"] > 0
     # Appendix E-1: cancel while started, the lease expires (T9), convergence applies.
     assert result.outcomes["E-1 applied converged"] > 0
+    # Decision R-27: a local completion under an intent, both a failed and a succeeded one.
+    assert result.outcomes["R-27 failed under intent"] > 0
+    assert result.outcomes["R-27 succeeded under intent"] > 0
     assert result.invariant_checks > result.transitions

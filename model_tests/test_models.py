@@ -103,3 +103,7 @@ def test_ci_budget_runs_at_least_50000_model_steps() -> None:
     revoked = STATS.of(RunLifecycleMachine.NAME).revoked_convergences
     print(f"E-1 convergences checked: {revoked}")
     assert revoked > 0
+    # Decision R-27 is checked whenever the random walk reaches it (rarely: a local Attempt
+    # must run under an intent); the exhaustive model reaches every case (test_exhaustive).
+    intent = STATS.of(RunLifecycleMachine.NAME).intent_completions
+    print(f"R-27 completions under an intent checked: {intent}")

@@ -194,3 +194,13 @@ LIVE_ATTEMPT_STATUSES: frozenset[AttemptStatus] = frozenset(
 FINAL_LEASE_STATUSES: frozenset[LeaseStatus] = frozenset(
     {LeaseStatus.COMPLETED, LeaseStatus.RELEASED}
 )
+
+#: The terminal status a cancellation intent ends a Run with (§1.9, L4/L5, B-06): a deadline is a
+#: `timeout` intent and ends `timed_out`; every other reason ends `cancelled`.
+INTENT_FINAL_STATUS: dict[CancelReason, RunStatus] = {
+    reason: RunStatus.TIMED_OUT if reason is CancelReason.TIMEOUT else RunStatus.CANCELLED
+    for reason in CancelReason
+}
+#: Completion outcomes that stand even under a cancellation intent (decision R-27): finished work
+#: is a fact; any other outcome of a local Attempt under an intent takes the intent's status.
+OUTCOMES_OVER_INTENT: frozenset[CompletionOutcome] = frozenset({CompletionOutcome.SUCCEEDED})

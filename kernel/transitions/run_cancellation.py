@@ -12,7 +12,6 @@ from kernel.specs.codes import Code
 from kernel.specs.states import (
     Actor,
     AttemptStatus,
-    CancelReason,
     LeaseStatus,
     ReleaseReason,
     RunStatus,
@@ -99,15 +98,13 @@ def converge_cancel(
     run = aggregate.run
     if run.status.terminal:
         return Replayed(Code.ALREADY_TERMINAL)
-    if not run.has_cancel_intent:
+    final = run.intent_status
+    if final is None:
         return Rejected(Code.NO_CANCEL_INTENT)
     if not has_no_live_execution(aggregate):
         return Rejected(Code.LIVE_EXECUTION)
     if observed_at_ms < run.updated_at_ms:
         return Rejected(Code.CLOCK_REGRESSION)
-    final = (
-        RunStatus.TIMED_OUT if run.cancel_reason is CancelReason.TIMEOUT else RunStatus.CANCELLED
-    )
     tx = Tx.begin(aggregate, command.name, observed_at_ms)
     latest = aggregate.latest_attempt
     claimed = latest is not None and latest.status is AttemptStatus.CLAIMED

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from kernel.commands import ActivateLocal, CompleteLocal, RecordLocalHandle, RecordLocalStop
 from kernel.contracts import transition
-from kernel.entities import Attempt, RunAggregate
+from kernel.entities import Attempt, Run, RunAggregate
 from kernel.identity import digests_equal
 from kernel.outcomes import Outcome, Raced, Rejected, Replayed
 from kernel.specs.codes import Code
 from kernel.specs.states import (
     FINAL_ATTEMPT_STATUSES,
+    OUTCOMES_OVER_INTENT,
     Actor,
     AttemptStatus,
-    CancelReason,
+    CompletionOutcome,
     RunOwner,
     RunStatus,
 )
@@ -127,7 +128,10 @@ def receipt_authenticated(attempt: Attempt, command: CompleteLocal) -> bool:
 def complete_local(
     aggregate: RunAggregate | None, command: CompleteLocal, observed_at_ms: int
 ) -> Outcome:
-    """L3: the first terminal fact wins; a later receipt is only cleaned up (O-2)."""
+    """L3: the first terminal fact wins; a later receipt is only cleaned up (O-2). Under a
+    cancellation intent a receipt that is not `succeeded` ends the Attempt and the Run with the
+    intent's status (L3 as amended by decision R-27): the receipt of a child stopped under the
+    intent, applied after a crash lost the L4/L5 record, names the intent, not the signal."""
     found = _local_attempt(aggregate, command.run_id, command.attempt_id)
     if isinstance(found, Rejected):
         return found
@@ -143,7 +147,7 @@ def complete_local(
         return Rejected(Code.START_TIME_INVALID)
     if observed_at_ms < agg.run.updated_at_ms:
         return Rejected(Code.CLOCK_REGRESSION)
-    outcome = receipt.outcome.value
+    outcome = completion_status(agg.run, receipt.outcome).value
     error = outcome_error_code(outcome)
     tx = Tx.begin(agg, command.name, observed_at_ms)
     tx.set_attempt(
@@ -167,6 +171,16 @@ def complete_local(
     return tx.commit(Code.COMPLETED)
 
 
+def completion_status(run: Run, outcome: CompletionOutcome) -> RunStatus:
+    """The terminal status a local completion (L3, or §2.1 `completed` evidence) gives: its own
+    outcome, unless the Run has a cancellation intent and the outcome is not one that stands over
+    an intent (`OUTCOMES_OVER_INTENT`); then the intent's status, as L4/L5 would have recorded."""
+    intent = run.intent_status
+    if outcome in OUTCOMES_OVER_INTENT or intent is None:
+        return RunStatus(outcome.value)
+    return intent
+
+
 @transition
 def record_local_stop(
     aggregate: RunAggregate | None, command: RecordLocalStop, observed_at_ms: int
@@ -182,13 +196,14 @@ def record_local_stop(
     if attempt.status in FINAL_ATTEMPT_STATUSES:
         return Replayed(Code.ALREADY_TERMINAL)
     run = agg.run
-    if not run.has_cancel_intent:
+    intent = run.intent_status
+    if intent is None:
         return Rejected(Code.STOP_NOT_APPLICABLE)
     if attempt.status is not AttemptStatus.RUNNING or run.status is not RunStatus.RUNNING:
         return Rejected(Code.INVALID_TRANSITION)
     if observed_at_ms < run.updated_at_ms:
         return Rejected(Code.CLOCK_REGRESSION)
-    final = "timed_out" if run.cancel_reason is CancelReason.TIMEOUT else "cancelled"
+    final = intent.value
     tx = Tx.begin(agg, command.name, observed_at_ms)
     tx.set_attempt(attempt.attempt_id, status=AttemptStatus(final), finished_at_ms=observed_at_ms)
     tx.set_run(status=RunStatus(final), finished_at_ms=observed_at_ms)

@@ -35,6 +35,7 @@ from kernel.transitions.run_lease import (
     release_current_lease,
     requeue_expired_claim,
 )
+from kernel.transitions.run_local import completion_status
 from kernel.transitions.transaction import Tx
 
 _STARTED = (AttemptStatus.STARTING, AttemptStatus.RUNNING)
@@ -127,7 +128,13 @@ def resolve_started(
         sequence_ok = False
     if not sequence_ok:
         return Rejected(Code.RECEIPT_CONFLICT)
-    outcome = evidence.outcome.value
+    # A local Attempt's receipt under an intent is read as L3 reads it (decision R-27); a remote
+    # completion keeps its outcome, as T6 does.
+    outcome = (
+        completion_status(aggregate.run, evidence.outcome).value
+        if attempt.is_local
+        else evidence.outcome.value
+    )
     release_current_lease(tx, attempt, ReleaseReason.LEASE_EXPIRED)
     # As L3 from `starting`: the receipt's start time is the handle fact (§4.7).
     started_at = attempt.started_at_ms if attempt.started_at_ms is not None else started

@@ -21,6 +21,8 @@ from kernel import (
     ActivateLocal,
     AdmitRun,
     CancelReason,
+    CompletedEvidence,
+    CompleteLocal,
     CompletionOutcome,
     ConvergeCancel,
     CreateRun,
@@ -28,6 +30,7 @@ from kernel import (
     FailOrphanedCreated,
     GrantLease,
     LiveEvidence,
+    LocalReceipt,
     LostRetryStep,
     NotRunningEvidence,
     PolicyDefinition,
@@ -785,6 +788,55 @@ def retry_20(s: Scenario) -> None:
     s.lost_retry_page({"scanned": 0}, fail_closed=True)
     s.now = policy.next_attempt_at_ms
     s.lost_retry_page({"scanned": 1, "requeued": 1}, fail_closed=True)
+
+
+# -- project decisions on the local path ---------------------------------------------------------
+def _receipt(s: Scenario, run_id: str, outcome: CompletionOutcome) -> CompleteLocal:
+    attempt = s.agg(run_id).latest_attempt
+    assert attempt is not None
+    assert attempt.started_at_ms is not None
+    receipt = LocalReceipt(
+        run_id,
+        attempt.attempt_id,
+        attempt.callback_sequence,
+        CALLBACK,
+        outcome,
+        attempt.started_at_ms,
+        -15 if outcome is not CompletionOutcome.SUCCEEDED else 0,
+    )
+    return CompleteLocal(run_id, attempt.attempt_id, receipt)
+
+
+@scenario(
+    "R-27-local-completion-under-an-intent-ends-with-the-intent",
+    "Decision R-27 (L3, §2.1): a local child stopped under an intent whose L4/L5 record a crash "
+    "lost leaves a failed receipt (exit -15). Applied by execution control (r1: user intent) or "
+    "by startup recovery after a restart (r2: timeout intent), it ends Attempt and Run with the "
+    "intent's status, cancelled or timed_out, keeping the exit code; a succeeded receipt under "
+    "an intent (r3) and a failed one without (r4) keep their own outcome.",
+)
+def r_27(s: Scenario) -> None:
+    for run_id in ("r1", "r2", "r3", "r4"):
+        local_running(s, run_id)
+    s.tick(1)
+    s.do(RequestCancel("r1", CancelReason.USER, Actor.USER), "applied")
+    s.do(RequestCancel("r2", CancelReason.TIMEOUT, Actor.SYSTEM), "applied")
+    s.do(RequestCancel("r3", CancelReason.USER, Actor.USER), "applied")
+    s.tick(1)
+    s.do(_receipt(s, "r1", CompletionOutcome.FAILED), "applied:completed")
+    s.do(_receipt(s, "r3", CompletionOutcome.SUCCEEDED), "applied:completed")
+    s.do(_receipt(s, "r4", CompletionOutcome.FAILED), "applied:completed")
+    s.reopen()  # the crash: r2's stop happened, its record did not
+    s.tick(1)
+    attempt = s.agg("r2").latest_attempt
+    assert attempt is not None
+    evidence = CompletedEvidence(
+        CompletionOutcome.FAILED, attempt.callback_sequence, -15, attempt.started_at_ms
+    )
+    s.do(RecoverLocalStartup("r2", attempt.attempt_id, evidence), "applied:completed")
+    finals = {r: s.agg(r).run.status.value for r in ("r1", "r2", "r3", "r4")}
+    assert finals == {"r1": "cancelled", "r2": "timed_out", "r3": "succeeded", "r4": "failed"}
+    assert all(s.agg(r).attempts[-1].exit_code == -15 for r in ("r1", "r2", "r4"))
 
 
 # -- Appendix E (binding decisions of the second review) -----------------------------------------

@@ -21,12 +21,14 @@ from kernel import (
     AttemptStatus,
     CancelReason,
     Code,
+    CompletedEvidence,
     CompleteLocal,
     CompletionOutcome,
     EffectConflict,
     LocalReceipt,
     Raced,
     RecordLocalStop,
+    RecoverLocalStartup,
     Rejected,
     Replayed,
     RunAggregate,
@@ -510,6 +512,46 @@ def test_stop_under_intent(
     assert after.run.finished_at_ms == now
     assert _event_shape(outcome) == [(f"run.{final}", None), (f"attempt.{final}", "a1")]
     assert record_local_stop(after, stop, now + 1) == Replayed(Code.ALREADY_TERMINAL)
+
+
+@pytest.mark.spec("RUN-03", "RUN-08")
+@given(
+    st.one_of(st.none(), st.sampled_from(CancelReason)),
+    outcomes,
+    st.sampled_from(["receipt", "startup_recovery"]),
+    gaps,
+)
+def test_a_completion_under_an_intent_ends_with_the_intent_unless_it_succeeded(
+    reason: CancelReason | None, outcome: CompletionOutcome, route: str, gap: int
+) -> None:
+    """Decision R-27 (L3 and §2.1 `completed` evidence of a local Attempt): under a `timeout`
+    intent a completion that did not succeed ends Run and Attempt `timed_out`, under any other
+    intent `cancelled`, as the stop (L4/L5) whose record a crash lost would have; the receipt's
+    exit code is kept. A `succeeded` completion, and any completion without an intent, ends with
+    its own outcome."""
+    agg = local_running("run-1", "a1", T0, started_at_ms=T0 + 5)
+    if reason is not None:
+        agg = request_cancel(agg, T0 + 10, reason)
+    now = agg.run.updated_at_ms + gap
+    attempt = latest(agg)
+    command: CompleteLocal | RecoverLocalStartup
+    if route == "receipt":
+        command = complete_cmd(agg, receipt_for(agg, outcome, exit_code=-15))
+    else:
+        evidence = CompletedEvidence(outcome, attempt.callback_sequence, -15, T0 + 5)
+        command = RecoverLocalStartup("run-1", "a1", evidence)
+    result = apply(agg, command, now)
+    assert isinstance(result, Applied)
+    if reason is None or outcome is CompletionOutcome.SUCCEEDED:
+        final = outcome.value
+    else:
+        final = "timed_out" if reason is CancelReason.TIMEOUT else "cancelled"
+    after = result.aggregate
+    assert after.run.status.value == final
+    assert latest(after).status.value == final
+    assert latest(after).exit_code == -15
+    assert (after.run.error_code is not None) == (final == "failed")
+    assert [e for e, _ in _event_shape(result)] == [f"run.{final}", f"attempt.{final}"]
 
 
 @pytest.mark.spec("RUN-05")
