@@ -12,6 +12,8 @@
   `timeout` intent, which the same step then stops (L4) or converges.
 - `receipt_cleanup_allowed`: D-1 / CAD-15: a slow-cycle cleanup deletes a receipt only when its
   Attempt is terminal in the database with an equal callback sequence.
+- `log_cleanup_allowed`: CAD-02 / D-1 [decision LR-13]: a slow-cycle cleanup deletes an Attempt's
+  log only when the Attempt is terminal in the database and ended at least the retention ago.
 - `launch_identity`: D-1, LR-9: the identity a local Attempt is inspected by (the recorded
   handle, else the launcher's journaled identity), or a trusted not-running report when neither
   exists (the command is only sent once the identity is durable).
@@ -26,6 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+import icontract
+
 from kernel.entities import Attempt, RunAggregate
 from kernel.evidence import Inspection
 from kernel.outcomes import Outcome
@@ -38,6 +42,7 @@ __all__ = [
     "launch_identity",
     "local_idle",
     "local_stop_candidates",
+    "log_cleanup_allowed",
     "receipt_cleanup_allowed",
     "startup_budget_exhausted",
     "watched_after_startup",
@@ -112,6 +117,45 @@ def receipt_cleanup_allowed(
         attempt_status is not None
         and attempt_status.terminal
         and attempt_callback_sequence == receipt_callback_sequence
+    )
+
+
+@icontract.require(lambda retention_ms: retention_ms >= 0, "a retention is not negative")
+@icontract.ensure(
+    lambda attempt_status, result: (
+        not result or (attempt_status is not None and attempt_status.terminal)
+    ),
+    "only a terminal Attempt's log is deleted (fail closed)",
+)
+@icontract.ensure(
+    lambda finished_at_ms, now_ms, retention_ms, result: (
+        not result or (finished_at_ms is not None and now_ms - finished_at_ms >= retention_ms)
+    ),
+    "only a log whose Attempt ended at least the retention ago is deleted",
+)
+def log_cleanup_allowed(
+    attempt_status: AttemptStatus | None,
+    finished_at_ms: int | None,
+    now_ms: int,
+    retention_ms: int,
+) -> bool:
+    """CAD-02 / D-1 (O-2 step 4, "only on slow cycles, receipt and log cleanup") [decision
+    LR-13]: whether slow-cycle cleanup may delete an Attempt's log.
+
+    Only when the Attempt is terminal in the database (I-5, `lost` included: nothing will write
+    the log again) and ended (`finished_at_ms`) at least `retention_ms` before `now_ms`. Fail
+    closed: a non-terminal Attempt's log (`claimed`, `starting`, `running`: its process may be
+    writing it, `qlk logs --follow` may be reading it) is never deleted, whatever its age; nor is
+    a terminal Attempt's without an end time, nor one the database does not know (an orphan: the
+    launcher spawns only after L1 committed and the local store never deletes an Attempt, so an
+    orphan log comes from another or a restored database, whose process may still be writing it;
+    nothing proves it settled, as for `receipt_cleanup_allowed`). A clock that went back (the end
+    after `now_ms`) keeps the log."""
+    return (
+        attempt_status is not None
+        and attempt_status.terminal
+        and finished_at_ms is not None
+        and now_ms - finished_at_ms >= retention_ms
     )
 
 

@@ -37,6 +37,9 @@ from kernel.specs.states import Profile
 __all__ = [
     "BUDGETS",
     "HARD_LIMITS",
+    "LOG_CLEANUP_PAGE",
+    "LOG_RETENTION_DEFAULT_MS",
+    "LOG_RETENTION_MS",
     "REFUSED",
     "WORKER_COMPLETION_POLL_PAGE",
     "ApprovedActionBudget",
@@ -534,6 +537,20 @@ BUDGETS: Final[Mapping[Profile, ProfileBudget]] = MappingProxyType(
 #: call [decision WK-6]. §6.3 has no row for it; it is the terminal-retention page (the other
 #: per-call journal page of the Worker host), and at most the list page maximum (F-8).
 WORKER_COMPLETION_POLL_PAGE: Final = 16
+
+
+#: O-2 step 4 (CAD-02, D-1): Attempt logs (`<db>.d/logs/<attempt>.log`) examined per slow cycle
+#: [decision LR-13]. §6.3 has no row for log cleanup; the receipt page of the same step (16),
+#: at most the P-1 page maximum (64).
+LOG_CLEANUP_PAGE: Final = 16
+
+#: O-2 step 4 (CAD-02, D-1): how long an Attempt's log outlives the Attempt's end before slow-cycle
+#: cleanup may delete it, by default [decision LR-13]: 7 days.
+LOG_RETENTION_DEFAULT_MS: Final = 7 * _DAY
+
+#: The log retention a local application accepts [decision LR-13]: 1 min (the terminal retention
+#: floor of ADR-0021 §5.3: a log outlives the cycle that ended its Attempt) .. 365 days.
+LOG_RETENTION_MS: Final = IntRange(1 * _MINUTE, 365 * _DAY)
 
 
 def budget_for(profile: Profile) -> ProfileBudget:

@@ -22,12 +22,15 @@ from kernel import local_idle
 from kernel.specs import (
     LOCAL_START,
     LOCAL_STOP,
+    LOG_RETENTION_DEFAULT_MS,
+    LOG_RETENTION_MS,
     LocalStartStep,
     Paging,
     Profile,
     ProfileBudget,
     budget_for,
     cadence_config,
+    check_in_range,
 )
 from runners.edge.store import EdgeStore
 from runners.edge.tasks import EdgeTaskStore
@@ -70,7 +73,8 @@ class LocalApplication:
     """`qlk serve`: the assembled local runtime on one database file (module docstring).
 
     `schedulers`, when given, makes each lifecycle's `Scheduler` (tests pass stepped ones);
-    `on_cycle` and `report` receive every cycle report and every absorbed incident.
+    `on_cycle` and `report` receive every cycle report and every absorbed incident;
+    `log_retention_ms` is how long a finished Attempt's log is kept (decision LR-13).
     """
 
     def __init__(
@@ -82,7 +86,10 @@ class LocalApplication:
         schedulers: Callable[[str], Scheduler] | None = None,
         on_cycle: Callable[[CycleReport[ControlReport | SchedulerReport]], None] | None = None,
         report: Callable[[LifecycleIncident], None] | None = None,
+        log_retention_ms: int = LOG_RETENTION_DEFAULT_MS,
     ) -> None:
+        # [decision LR-13] Refused before anything is opened (`BudgetError`: 1 min..365 days).
+        check_in_range(log_retention_ms, LOG_RETENTION_MS, field="log_retention_ms")
         self.budget: ProfileBudget = budget_for(profile)
         assert self.budget.execution_control_cadence_ms is not None, "a local profile"
         assert self.budget.scheduler_cadence_ms is not None, "a local profile"
@@ -98,7 +105,9 @@ class LocalApplication:
         stop_timeout = self.budget.lifecycle_stop_timeout_ms
         self.control: CadenceLifecycle[ControlReport] = CadenceLifecycle(
             "execution_control",
-            LocalExecutionControl(self.store, self.launcher, self.budget, clock),
+            LocalExecutionControl(
+                self.store, self.launcher, self.budget, clock, log_retention_ms=log_retention_ms
+            ),
             cadence_config(self.budget.execution_control_cadence_ms, stop_timeout_ms=stop_timeout),
             scheduler=None if schedulers is None else schedulers("execution_control"),
             on_cycle=on_cycle,  # type: ignore[arg-type]  # a ControlReport is one of the two

@@ -18,7 +18,10 @@ this module records in the cycle report and never branches on:
    revoked remote Attempts) converge (`converge_cancel`);
 3. one lost-retry page of the profile's size (local: a failing candidate is skipped, not fatal);
 4. slow cycles: one page of receipts whose Attempt is terminal with the same callback sequence is
-   deleted (D-1, CAD-15; the kernel's `receipt_cleanup_allowed`), resuming after the last name.
+   deleted (D-1, CAD-15; the kernel's `receipt_cleanup_allowed`), resuming after the last name;
+   then one page of Attempt logs (`LOG_CLEANUP_PAGE`), each deleted when the kernel's
+   `log_cleanup_allowed` says its Attempt is terminal and ended at least the log retention ago
+   (CAD-02, D-1, decision LR-13), resuming after the last name the same way.
 """
 
 from __future__ import annotations
@@ -36,14 +39,28 @@ from kernel import (
     LostRetryPageResult,
     RecordLocalStop,
     RequestCancel,
+    log_cleanup_allowed,
     receipt_cleanup_allowed,
 )
-from kernel.specs import LocalControlPhase, ProfileBudget, local_control_phases
+from kernel.specs import (
+    LOG_CLEANUP_PAGE,
+    LOG_RETENTION_DEFAULT_MS,
+    LOG_RETENTION_MS,
+    LocalControlPhase,
+    ProfileBudget,
+    check_in_range,
+    local_control_phases,
+)
 from runners.edge.store import EdgeStore
 from runners.engine import execute
 from runners.lifecycle import CycleContext
 from runners.local.launcher import LocalLauncher
-from runners.local.reads import attempt_sequence, deadline_candidates, local_stop_candidates
+from runners.local.reads import (
+    attempt_finish,
+    attempt_sequence,
+    deadline_candidates,
+    local_stop_candidates,
+)
 from runners.passes import lost_retry_page
 from runners.worker.posix.receipts import ReceiptStoreError
 
@@ -70,6 +87,7 @@ class ControlReport:
     convergences: list[tuple[str, str, str]] = field(default_factory=list)
     lost_retry: LostRetryPageResult | None = None
     receipts_deleted: int = 0
+    logs_deleted: int = 0
     without_receipt: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -84,6 +102,8 @@ class LocalExecutionControl:
         launcher: LocalLauncher,
         budget: ProfileBudget,
         clock: Callable[[], int],
+        *,
+        log_retention_ms: int = LOG_RETENTION_DEFAULT_MS,
     ) -> None:
         assert budget.execution_control_slow_cleanup is not None, "a local profile"
         assert budget.execution_control_lost_retry_per_cycle is not None, "a local profile"
@@ -98,6 +118,12 @@ class LocalExecutionControl:
         self._clock = clock
         self._first_missing: dict[str, int] = {}  # attempt -> when its receipt was first missing
         self._cleanup_after: str | None = None
+        # [decision LR-13] Log cleanup: the retention the kernel's rule is asked with (1 min..365 d,
+        # refused at construction like any budget), and the cursor of its pages.
+        self._log_retention_ms = check_in_range(
+            log_retention_ms, LOG_RETENTION_MS, field="log_retention_ms"
+        )
+        self._log_cleanup_after: str | None = None
 
     def __repr__(self) -> str:
         return f"LocalExecutionControl(profile={self._budget.profile.value})"
@@ -213,3 +239,21 @@ class LocalExecutionControl:
             if receipt_cleanup_allowed(status, attempt_sequence_, sequence):
                 self._launcher.delete_receipt(attempt_id)
                 report.receipts_deleted += 1
+        self._log_cleanup(report)
+
+    def _log_cleanup(self, report: ControlReport) -> None:
+        """[decision LR-13] One page of Attempt logs; the kernel decides which may go."""
+        names = self._launcher.log_ids(LOG_CLEANUP_PAGE, after=self._log_cleanup_after)
+        self._log_cleanup_after = names[-1] if len(names) == LOG_CLEANUP_PAGE else None
+        now = self._clock()
+        for attempt_id in names:
+            found = attempt_finish(self._store, attempt_id)
+            status, finished_at_ms = (None, None) if found is None else found
+            if not log_cleanup_allowed(status, finished_at_ms, now, self._log_retention_ms):
+                continue
+            try:
+                self._launcher.delete_log(attempt_id)
+            except (OSError, ValueError) as exc:
+                report.errors.append(f"log {attempt_id}: {type(exc).__name__}")
+                continue  # the next pass over the logs tries again
+            report.logs_deleted += 1

@@ -3,7 +3,8 @@ used as they are (one implementation), plus the bookkeeping a local runtime need
 §2.1, Appendix D-1; ADR-0380 §3).
 
 Files live beside the database (`LocalLayout`): `<db>.d/` (0700) holds `receipts/` (0700, the
-wrapper publishes one 0600 receipt per Attempt), `logs/` (each Attempt's stdout and stderr) and
+wrapper publishes one 0600 receipt per Attempt), `logs/` (each Attempt's stdout and stderr, kept
+until slow-cycle cleanup deletes it as the kernel's `log_cleanup_allowed` says: LR-13) and
 `spawns.log`, the launcher registration: one fsynced line per start call, written *before* the
 spawn (D-1: a `starting` Attempt without it never began; the kill matrix counts it to prove no
 Attempt was ever spawned twice).
@@ -55,6 +56,9 @@ __all__ = [
 #: The identity journal beside `spawns.log`: `<attempt_id> <handle>` per started wrapper.
 IDENTITY_LOG = "identities.log"
 
+#: An Attempt's log is `<attempt_id>.log` in `LocalLayout.logs`.
+LOG_SUFFIX = ".log"
+
 #: Exit code a refused spawn is reported with: the shell's "command not found" [decision LR-3].
 REFUSED_EXIT_CODE = 127
 
@@ -78,7 +82,7 @@ class LocalLayout:
         return self.root / "logs"
 
     def log_path(self, attempt_id: str) -> Path:
-        return self.logs / f"{attempt_id}.log"
+        return self.logs / f"{attempt_id}{LOG_SUFFIX}"
 
     def ensure(self) -> None:
         """Create the private directories (0700), refusing a path that is not a directory."""
@@ -290,6 +294,34 @@ class LocalLauncher:
             if after is None or name > after
         )
         return names[:limit]
+
+    # -- logs -------------------------------------------------------------------------------------
+    def log_ids(self, limit: int, after: str | None = None) -> list[str]:
+        """At most `limit` Attempt ids that have a log (`<attempt>.log`, not a directory), in name
+        order after `after` (a bounded page for slow-cycle cleanup, O-2 step 4; the directory
+        listing itself is one scan)."""
+        names = sorted(
+            name
+            for entry in os.scandir(self.layout.logs)
+            if entry.name.endswith(LOG_SUFFIX)
+            and not entry.name.startswith(".")
+            and not entry.is_dir(follow_symlinks=False)
+            for name in (entry.name[: -len(LOG_SUFFIX)],)
+            if name and (after is None or name > after)
+        )
+        return names[:limit]
+
+    def delete_log(self, attempt_id: str) -> None:
+        """Delete the Attempt's log; a missing log is success (idempotent). Only the kernel's
+        `log_cleanup_allowed` decides that it may go (decision LR-13).
+
+        :raises ValueError: `attempt_id` is not a plain file-name stem.
+        :raises OSError: the log could not be removed.
+        """
+        if not attempt_id or attempt_id.startswith(".") or "/" in attempt_id or "\0" in attempt_id:
+            raise ValueError("not an Attempt id a log is named by")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.layout.log_path(attempt_id))
 
     def journaled_identity(self, attempt_id: str) -> str | None:
         """The wrapper identity journaled for the Attempt before its command was sent, or None

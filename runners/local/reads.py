@@ -1,6 +1,6 @@
 """The local application's reads on the edge store (`runners/edge/sql/local.sql`): the live-stop
-source of O-2 step 2, a Run's task revision, an Attempt's cleanup facts. Each is one read-only
-statement on the store's one connection (FP-2)."""
+source of O-2 step 2, a Run's task revision, an Attempt's receipt and log cleanup facts (O-2
+step 4). Each is one read-only statement on the store's one connection (FP-2)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from runners.edge.store import EdgeStore
 
 __all__ = [
     "LOCAL",
+    "attempt_finish",
     "attempt_sequence",
     "deadline_candidates",
     "local_stop_candidates",
@@ -56,6 +57,16 @@ def run_task(store: EdgeStore, run_id: str) -> tuple[str, int] | None:
 def attempt_sequence(store: EdgeStore, attempt_id: str) -> tuple[AttemptStatus, int] | None:
     rows = _rows(store, "attempt_sequence", {"attempt_id": attempt_id})
     return (AttemptStatus(rows[0][0]), int(rows[0][1])) if rows else None
+
+
+def attempt_finish(store: EdgeStore, attempt_id: str) -> tuple[AttemptStatus, int | None] | None:
+    """The Attempt's `(status, finished_at_ms)`, or None when the database does not know it (log
+    cleanup, O-2 step 4: the kernel's `log_cleanup_allowed` decides)."""
+    rows = _rows(store, "attempt_finish", {"attempt_id": attempt_id})
+    if not rows:
+        return None
+    status, finished = rows[0]
+    return AttemptStatus(status), None if finished is None else int(finished)
 
 
 def run_status_counts(store: EdgeStore) -> dict[RunStatus, int]:

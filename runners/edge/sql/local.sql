@@ -45,6 +45,11 @@ SELECT task_id, task_revision FROM runs WHERE run_id = :run_id;
 -- D-1 cleanup: an Attempt's status and callback sequence, by id.
 SELECT status, callback_sequence FROM attempts WHERE attempt_id = :attempt_id;
 
+-- name: attempt_finish
+-- O-2 step 4 log cleanup (CAD-02, D-1, decision LR-13): an Attempt's status and end time, by id
+-- (the kernel's `log_cleanup_allowed` decides; no row: the database does not know the Attempt).
+SELECT status, finished_at_ms FROM attempts WHERE attempt_id = :attempt_id;
+
 -- name: run_status_counts
 -- `qlk serve --until-idle` and `qlk status`: how many Runs are in each status (one scan of the
 -- status index; the kernel's `local_idle` decides what counts as settled).
