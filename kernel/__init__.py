@@ -171,7 +171,13 @@ from kernel.local_dispatch import (
     dispatch_begin,
 )
 from kernel.local_receipt import local_receipt_read
-from kernel.lost_retry_page import CANDIDATE_ERROR, CandidateError, LostRetryPageResult, tally
+from kernel.lost_retry_page import (
+    CANDIDATE_ERROR,
+    CandidateError,
+    LostRetryPageResult,
+    stops_page,
+    tally,
+)
 from kernel.selection import Candidate, Page, check_limit
 from kernel.worker.delivery import Accept, Continue, Merge, decide_delivery
 from kernel.worker.journal import JournalApplied, JournalOutcome, journal_step
@@ -337,6 +343,7 @@ __all__ = [
     "scan_cursor",
     "selection",
     "startup_budget_exhausted",
+    "stops_page",
     "tally",
     "token_digest",
     "validate_portable_id",

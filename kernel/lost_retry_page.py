@@ -22,7 +22,8 @@ RACED_REJECTIONS = frozenset({Code.NOT_DUE, Code.CLOCK_REGRESSION})
 
 @dataclass(frozen=True, slots=True)
 class LostRetryPageResult:
-    """`scheduled + requeued + failed + raced + errored = scanned <= limit` (RETRY-14)."""
+    """`scheduled + requeued + failed + raced + errored = scanned <= limit` (RETRY-14); a
+    fail-closed (cluster) page never counts `errored` (E-5: `stops_page`)."""
 
     scanned: int
     scheduled: int
@@ -67,6 +68,15 @@ def classify(outcome: Outcome | CandidateError) -> str:
     if isinstance(outcome, Replayed):
         return "raced"
     return "errored"
+
+
+def stops_page(outcome: Outcome | CandidateError, *, fail_closed: bool) -> bool:
+    """RETRY-17 with Appendix E-5: on a fail-closed (cluster) page every candidate that would be
+    counted `errored` stops the page before later candidates are touched: a storage failure, and
+    as much a kernel refusal that is neither a decision nor a race (`ATTEMPT_ID_CONFLICT`, a new
+    Attempt id that collides). So `errored` is always 0 on cluster; a local page counts it and
+    goes on."""
+    return fail_closed and classify(outcome) == "errored"
 
 
 @icontract.require(lambda limit: 1 <= limit <= PAGE_SIZE_MAX)

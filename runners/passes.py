@@ -26,6 +26,7 @@ from kernel import (
     check_limit,
     expiry_command,
     scan_cursor,
+    stops_page,
     tally,
 )
 from kernel.specs import Code
@@ -62,8 +63,10 @@ def lost_retry_page(
 ) -> LostRetryPageResult:
     """Run one lost-retry page with one observation time (P-5). Local (`fail_closed=False`): a
     failing candidate is left unchanged, counted `errored`, and the page goes on. Cluster
-    (`fail_closed=True`): the first failure stops the page before later candidates are touched
-    (RETRY-17). `new_attempt_id(run_id)` supplies the id a requeue would use (ids are inputs)."""
+    (`fail_closed=True`): the first candidate the kernel's `stops_page` names (a storage failure,
+    or an `errored` refusal such as `ATTEMPT_ID_CONFLICT`, E-5) stops the page before later
+    candidates are touched (RETRY-17). `new_attempt_id(run_id)` supplies the id a requeue would
+    use (ids are inputs)."""
     check_limit(limit)
     page = source.lost_retry_candidates(observed_at_ms, limit)
     outcomes: list[Outcome | CandidateError] = []
@@ -71,14 +74,14 @@ def lost_retry_page(
         command = LostRetryStep(
             run_id=candidate.run_id, new_attempt_id=new_attempt_id(candidate.run_id)
         )
+        outcome: Outcome | CandidateError
         try:
-            outcomes.append(execute(storage, command, observed_at_ms))
+            outcome = execute(storage, command, observed_at_ms)
         except Exception:  # storage, lock or persistence failure of this candidate
-            if fail_closed:
-                raise LostRetryUnavailable(
-                    tally(outcomes, limit=limit, has_more=page.has_more)
-                ) from None
-            outcomes.append(CANDIDATE_ERROR)
+            outcome = CANDIDATE_ERROR
+        if stops_page(outcome, fail_closed=fail_closed):  # the kernel says (RETRY-17, E-5)
+            raise LostRetryUnavailable(tally(outcomes, limit=limit, has_more=page.has_more))
+        outcomes.append(outcome)
     return tally(outcomes, limit=limit, has_more=page.has_more)
 
 

@@ -156,9 +156,11 @@ class Scenario:
         fail_closed: bool = False,
         fail_candidate: int | None = None,
         expect_kind: str = "page",
+        attempt_suffix: str | None = None,
     ) -> dict[str, Any]:
-        """One lost-retry page; every counter named in `expect` must match."""
-        suffix = f"s{len(self.recorder.steps) + 1}"
+        """One lost-retry page; every counter named in `expect` must match. A requeue creates
+        Attempt `<run_id>-<attempt_suffix>` (by default one no Attempt has)."""
+        suffix = attempt_suffix or f"s{len(self.recorder.steps) + 1}"
         fault = None
         if fail_candidate is not None:
             fault = Fault(FaultKind.IO_ERROR, at_candidate=fail_candidate)

@@ -768,6 +768,54 @@ def rec_13(s: Scenario) -> None:
     s.lost_retry_page({"scanned": 2, "scheduled": 2}, fail_closed=True)
 
 
+def _two_lost_one_colliding(s: Scenario) -> None:
+    """r1's requeue with suffix `a1` would create `r1-a1`, its own first Attempt's id; r2's
+    first Attempt has another id, so its requeue is fine."""
+    w = worker()
+    s.launched("r1", w, NO_BACKOFF)
+    s.tick(1)
+    aid = s.admit("r2", NO_BACKOFF, attempt_id="r2-first")
+    s.grant("r2", aid, w)
+    s.starting("r2", aid, w)
+    s.running("r2", aid, w)
+    s.tick(LEASE_MS)
+    for run_id in ("r1", "r2"):
+        latest = s.agg(run_id).latest_attempt
+        assert latest is not None
+        s.do(RecoverRuntime(run_id, latest.attempt_id, NotRunningEvidence()), "applied:lost")
+        s.tick(1)
+
+
+@scenario(
+    "E-5-attempt-id-conflict-stops-the-cluster-page",
+    "E-5: on cluster a candidate whose new Attempt id collides (ATTEMPT_ID_CONFLICT) stops the "
+    "lost-retry page like any other failure (LOST_RETRY_UNAVAILABLE, nothing counted errored) "
+    "and the later candidate is untouched; the next page, with fresh ids, requeues both.",
+    profile=Profile.CLUSTER,
+)
+def e_5_cluster(s: Scenario) -> None:
+    _two_lost_one_colliding(s)
+    s.lost_retry_page({"scanned": 2, "scheduled": 2}, fail_closed=True)  # R4, due at once
+    s.lost_retry_page(
+        {"scanned": 0, "errored": 0}, fail_closed=True, attempt_suffix="a1", expect_kind="error"
+    )
+    assert s.agg("r2").run.status.value == "retry_wait"
+    s.lost_retry_page({"scanned": 2, "requeued": 2, "errored": 0}, fail_closed=True)
+
+
+@scenario(
+    "E-5-attempt-id-conflict-counted-errored-on-a-local-page",
+    "E-5 / RETRY-17, the local side: a candidate whose new Attempt id collides is counted "
+    "errored and left unchanged, and the page goes on to requeue the next one.",
+)
+def e_5_local(s: Scenario) -> None:
+    _two_lost_one_colliding(s)
+    s.lost_retry_page({"scanned": 2, "scheduled": 2})  # R4, due at once
+    s.lost_retry_page({"scanned": 2, "errored": 1, "requeued": 1}, attempt_suffix="a1")
+    assert s.agg("r1").run.status.value == "retry_wait"
+    assert s.agg("r2").run.status.value == "queued"
+
+
 @scenario(
     "RETRY-20-due-check-uses-observation-time",
     "RETRY-20: the due check uses the step's observation time, which on PostgreSQL is the "

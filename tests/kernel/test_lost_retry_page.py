@@ -41,6 +41,7 @@ from kernel.lost_retry_page import (
     CandidateError,
     LostRetryPageResult,
     classify,
+    stops_page,
     tally,
 )
 from kernel.selection import PageError, lost_retry_candidates
@@ -349,6 +350,22 @@ def test_tally_is_balanced_for_any_outcome_list(
         counts["errored"],
     )
     assert result.has_more is has_more
+
+
+@pytest.mark.spec("RETRY-17")
+@given(_ANY_OUTCOME, st.booleans())
+def test_a_fail_closed_page_stops_on_every_outcome_that_would_count_errored(
+    outcome: Any, fail_closed: bool
+) -> None:
+    """RETRY-17 with Appendix E-5: a cluster (fail-closed) page stops on every candidate that
+    would be counted `errored`, a storage failure and an `ATTEMPT_ID_CONFLICT` alike, so a
+    cluster page never reports `errored`; a local page stops on nothing."""
+    assert stops_page(outcome, fail_closed=fail_closed) is (
+        fail_closed and classify(outcome) == "errored"
+    )
+    if fail_closed:
+        assert stops_page(Rejected(Code.ATTEMPT_ID_CONFLICT), fail_closed=True)
+        assert stops_page(CANDIDATE_ERROR, fail_closed=True)
 
 
 @pytest.mark.spec("RETRY-14")
