@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kernel.entities import Event, RunAggregate
+from kernel.specs.limits import policy_within_limits
 from kernel.specs.states import (
     FINAL_ATTEMPT_STATUSES,
     FINAL_LEASE_STATUSES,
@@ -256,6 +257,18 @@ def time_order(agg: RunAggregate) -> list[Violation]:
     return out
 
 
+def stored_policy_limits(agg: RunAggregate) -> list[Violation]:
+    """Appendix E-4: admission limits are invariants. A stored policy outside A-3 (for example
+    `max_attempts` 17, written by something other than admission) is a broken aggregate, so
+    every transition on it fails closed like any other."""
+    policy = agg.policy
+    if policy is None or policy_within_limits(
+        policy.max_attempts, policy.backoff_base_ms, policy.backoff_max_ms
+    ):
+        return []
+    return [Violation("E-4", agg.run.run_id, "stored retry policy outside the A-3 limits")]
+
+
 STATE_INVARIANTS: tuple[Callable[[RunAggregate], list[Violation]], ...] = (
     i1_attempt_numbering,
     i2_status_compatibility,
@@ -265,6 +278,7 @@ STATE_INVARIANTS: tuple[Callable[[RunAggregate], list[Violation]], ...] = (
     i8_no_automatic_retry_link,
     i9_token_digests,
     time_order,
+    stored_policy_limits,
 )
 
 

@@ -13,6 +13,17 @@ PAGE_SIZE_DEFAULT: Final = 16
 MAX_ATTEMPTS_MIN: Final = 1
 MAX_ATTEMPTS_MAX: Final = 16
 BACKOFF_MAX_MS: Final = 86_400_000  # 24 h
+
+
+def policy_within_limits(max_attempts: int, backoff_base_ms: int, backoff_max_ms: int) -> bool:
+    """A-3: `1 <= max_attempts <= 16`, `0 <= base <= max <= 24 h`. Admission refuses a policy
+    outside it; a stored one outside it breaks an invariant (Appendix E-4)."""
+    return (
+        MAX_ATTEMPTS_MIN <= max_attempts <= MAX_ATTEMPTS_MAX
+        and 0 <= backoff_base_ms <= backoff_max_ms <= BACKOFF_MAX_MS
+    )
+
+
 # §1.8.1: the exponent is capped so the delay arithmetic stays small.
 BACKOFF_EXPONENT_CAP: Final = 15
 

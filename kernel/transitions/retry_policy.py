@@ -15,6 +15,7 @@ from kernel.specs.limits import (
     BACKOFF_MAX_MS,
     MAX_ATTEMPTS_MAX,
     MAX_ATTEMPTS_MIN,
+    policy_within_limits,
 )
 from kernel.specs.states import Safety
 
@@ -55,9 +56,7 @@ def backoff_delay_ms(backoff_base_ms: int, backoff_max_ms: int, attempt_number: 
 )
 def policy_limits_code(max_attempts: int, backoff_base_ms: int, backoff_max_ms: int) -> Code | None:
     """A-3 (B-14): `1 <= max_attempts <= 16`, `0 <= base <= max <= 24 h`."""
-    if not MAX_ATTEMPTS_MIN <= max_attempts <= MAX_ATTEMPTS_MAX:
-        return Code.INVALID_RUN_RETRY_POLICY
-    if not 0 <= backoff_base_ms <= backoff_max_ms <= BACKOFF_MAX_MS:
+    if not policy_within_limits(max_attempts, backoff_base_ms, backoff_max_ms):
         return Code.INVALID_RUN_RETRY_POLICY
     return None
 

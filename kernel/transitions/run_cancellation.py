@@ -16,6 +16,7 @@ from kernel.specs.states import (
     ReleaseReason,
     RunStatus,
 )
+from kernel.transitions.clock import clock_regressed
 from kernel.transitions.run_lease import release_current_lease
 from kernel.transitions.transaction import Tx
 
@@ -75,7 +76,7 @@ def request_cancel(
         return Replayed(Code.ALREADY_TERMINAL)
     if run.has_cancel_intent:
         return Replayed(Code.ALREADY_APPLIED)
-    if observed_at_ms < run.updated_at_ms:
+    if clock_regressed(aggregate, observed_at_ms, run.updated_at_ms):
         return Rejected(Code.CLOCK_REGRESSION)
     tx = Tx.begin(aggregate, command.name, observed_at_ms)
     tx.set_run(cancel_requested_at_ms=observed_at_ms, cancel_reason=command.reason)
@@ -103,7 +104,7 @@ def converge_cancel(
         return Rejected(Code.NO_CANCEL_INTENT)
     if not has_no_live_execution(aggregate):
         return Rejected(Code.LIVE_EXECUTION)
-    if observed_at_ms < run.updated_at_ms:
+    if clock_regressed(aggregate, observed_at_ms, run.updated_at_ms):
         return Rejected(Code.CLOCK_REGRESSION)
     tx = Tx.begin(aggregate, command.name, observed_at_ms)
     latest = aggregate.latest_attempt

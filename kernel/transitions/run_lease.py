@@ -33,6 +33,7 @@ from kernel.specs.states import (
     RunStatus,
     WorkerSessionStatus,
 )
+from kernel.transitions.clock import clock_regressed
 from kernel.transitions.transaction import Tx
 
 _Fenced = AcknowledgeStarting | RenewLease | AcknowledgeRunning | FailStart | CompleteWithLease
@@ -139,7 +140,7 @@ def grant_lease(
     if not _duration_ok(command.lease_duration_ms):
         return Rejected(Code.LEASE_DURATION_INVALID)
     previous = list(aggregate.leases_of(attempt.attempt_id))
-    if now < run.updated_at_ms or any(now < x.updated_at_ms for x in previous):
+    if clock_regressed(aggregate, now, run.updated_at_ms, *(x.updated_at_ms for x in previous)):
         return Rejected(Code.CLOCK_REGRESSION)
     generation = max((x.lease_generation for x in previous), default=0) + 1
     tx = Tx.begin(aggregate, command.name, now)
@@ -195,7 +196,7 @@ def acknowledge_starting(
     refused = fence_live(lease, command, observed_at_ms)
     if refused is not None:
         return refused
-    if observed_at_ms < aggregate.run.updated_at_ms:
+    if clock_regressed(aggregate, observed_at_ms, aggregate.run.updated_at_ms):
         return Rejected(Code.CLOCK_REGRESSION)
     tx = Tx.begin(aggregate, command.name, observed_at_ms)
     tx.set_lease(attempt.attempt_id, lease.lease_generation)
@@ -256,7 +257,7 @@ def acknowledge_running(
         return Rejected(Code.INVALID_TRANSITION)
     if command.started_at_ms < attempt.created_at_ms:
         return Rejected(Code.START_TIME_INVALID)
-    if observed_at_ms < aggregate.run.updated_at_ms:
+    if clock_regressed(aggregate, observed_at_ms, aggregate.run.updated_at_ms):
         return Rejected(Code.CLOCK_REGRESSION)
     tx = Tx.begin(aggregate, command.name, observed_at_ms)
     tx.set_lease(attempt.attempt_id, lease.lease_generation)
@@ -294,7 +295,7 @@ def fail_start(aggregate: RunAggregate | None, command: FailStart, observed_at_m
         return refused
     if attempt.status is not AttemptStatus.STARTING:
         return Rejected(Code.INVALID_TRANSITION)
-    if observed_at_ms < aggregate.run.updated_at_ms:
+    if clock_regressed(aggregate, observed_at_ms, aggregate.run.updated_at_ms):
         return Rejected(Code.CLOCK_REGRESSION)
     tx = Tx.begin(aggregate, command.name, observed_at_ms)
     tx.set_lease(
@@ -348,7 +349,7 @@ def complete_with_lease(
         return Rejected(Code.INVALID_TRANSITION)
     if command.callback_sequence <= attempt.callback_sequence:
         return Rejected(Code.CALLBACK_SEQUENCE_STALE)
-    if observed_at_ms < aggregate.run.updated_at_ms:
+    if clock_regressed(aggregate, observed_at_ms, aggregate.run.updated_at_ms):
         return Rejected(Code.CLOCK_REGRESSION)
     outcome = command.outcome.value
     tx = Tx.begin(aggregate, command.name, observed_at_ms)
@@ -447,7 +448,7 @@ def expire_with_lease(
         return Replayed(Code.ALREADY_FINAL)  # T10
     if lease.expires_at_ms > now:
         return Replayed(Code.NOT_EXPIRED)  # T10
-    if now < lease.updated_at_ms or now < aggregate.run.updated_at_ms:
+    if clock_regressed(aggregate, now, lease.updated_at_ms, aggregate.run.updated_at_ms):
         return Rejected(Code.CLOCK_REGRESSION)
     tx = Tx.begin(aggregate, command.name, now)
     if attempt.status is AttemptStatus.CLAIMED:  # T7

@@ -18,6 +18,7 @@ from kernel.specs.states import (
     RunOwner,
     RunStatus,
 )
+from kernel.transitions.clock import clock_regressed
 from kernel.transitions.run_lease import outcome_error_code
 from kernel.transitions.transaction import Tx
 
@@ -59,7 +60,7 @@ def activate_local(
         return Raced(Code.NOT_ELIGIBLE)
     if command.callback_sequence <= attempt.callback_sequence:
         return Rejected(Code.CALLBACK_SEQUENCE_STALE)
-    if observed_at_ms < run.updated_at_ms:
+    if clock_regressed(agg, observed_at_ms, run.updated_at_ms):
         return Rejected(Code.CLOCK_REGRESSION)
     tx = Tx.begin(agg, command.name, observed_at_ms)
     tx.set_attempt(
@@ -95,7 +96,7 @@ def record_local_handle(
         return Rejected(Code.INVALID_TRANSITION)
     if command.started_at_ms < attempt.created_at_ms:
         return Rejected(Code.START_TIME_INVALID)
-    if observed_at_ms < agg.run.updated_at_ms:
+    if clock_regressed(agg, observed_at_ms, agg.run.updated_at_ms):
         return Rejected(Code.CLOCK_REGRESSION)
     tx = Tx.begin(agg, command.name, observed_at_ms)
     tx.set_attempt(
@@ -145,7 +146,7 @@ def complete_local(
     receipt = command.receipt
     if receipt.started_at_ms < attempt.created_at_ms:
         return Rejected(Code.START_TIME_INVALID)
-    if observed_at_ms < agg.run.updated_at_ms:
+    if clock_regressed(agg, observed_at_ms, agg.run.updated_at_ms):
         return Rejected(Code.CLOCK_REGRESSION)
     outcome = completion_status(agg.run, receipt.outcome).value
     error = outcome_error_code(outcome)
@@ -201,7 +202,7 @@ def record_local_stop(
         return Rejected(Code.STOP_NOT_APPLICABLE)
     if attempt.status is not AttemptStatus.RUNNING or run.status is not RunStatus.RUNNING:
         return Rejected(Code.INVALID_TRANSITION)
-    if observed_at_ms < run.updated_at_ms:
+    if clock_regressed(agg, observed_at_ms, run.updated_at_ms):
         return Rejected(Code.CLOCK_REGRESSION)
     final = intent.value
     tx = Tx.begin(agg, command.name, observed_at_ms)

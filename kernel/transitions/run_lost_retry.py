@@ -21,6 +21,7 @@ from kernel.specs.states import (
     RunStatus,
     Safety,
 )
+from kernel.transitions.clock import clock_regressed
 from kernel.transitions.retry_policy import backoff_delay_ms, retry_enabled
 from kernel.transitions.transaction import Tx
 
@@ -92,7 +93,7 @@ def lost_retry_step(
     durable_times = [run.updated_at_ms, latest.created_at_ms, latest.finished_at_ms or 0]
     if policy is not None:
         durable_times.append(policy.updated_at_ms)
-    if now < max(durable_times):
+    if clock_regressed(aggregate, now, *durable_times):
         return Rejected(Code.CLOCK_REGRESSION)  # V-5
     disposition = decide(aggregate, now)
     if disposition is None:

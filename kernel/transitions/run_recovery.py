@@ -29,6 +29,7 @@ from kernel.specs.states import (
     RunOwner,
     RunStatus,
 )
+from kernel.transitions.clock import clock_regressed
 from kernel.transitions.run_lease import (
     mark_lost,
     outcome_error_code,
@@ -107,7 +108,7 @@ def resolve_started(
         return Replayed(Code.LIVE)  # adoption: the durable state already says running
     durable = [aggregate.run.updated_at_ms]
     durable.extend(x.updated_at_ms for x in aggregate.leases_of(attempt.attempt_id))
-    if now < max(durable):
+    if clock_regressed(aggregate, now, *durable):
         return Rejected(Code.CLOCK_REGRESSION)
     tx = Tx.begin(aggregate, command, now)
     if isinstance(evidence, NotRunningEvidence):
@@ -189,7 +190,7 @@ def fail_orphaned_created(
     run = aggregate.run
     if not is_orphaned_created(aggregate, command.process_started_at_ms):
         return Raced(Code.NOT_ELIGIBLE)
-    if observed_at_ms < run.updated_at_ms:
+    if clock_regressed(aggregate, observed_at_ms, run.updated_at_ms):
         return Rejected(Code.CLOCK_REGRESSION)
     tx = Tx.begin(aggregate, command.name, observed_at_ms)
     code = Code.RUN_ORPHANED_CREATED.value
@@ -218,7 +219,9 @@ def recover_runtime(
         leased = aggregate.leased_lease(latest.attempt_id)
         if leased is None or leased.status is not LeaseStatus.LEASED:
             return Raced(Code.NOT_ELIGIBLE)
-        if observed_at_ms < max(aggregate.run.updated_at_ms, leased.updated_at_ms):
+        if clock_regressed(
+            aggregate, observed_at_ms, aggregate.run.updated_at_ms, leased.updated_at_ms
+        ):
             return Rejected(Code.CLOCK_REGRESSION)
         tx = Tx.begin(aggregate, command.name, observed_at_ms)
         requeue_expired_claim(tx, latest)

@@ -787,6 +787,26 @@ def _two_lost_one_colliding(s: Scenario) -> None:
 
 
 @scenario(
+    "E-4-nothing-applies-before-a-recorded-start-time",
+    "E-4 / V-5: a start time is a handle fact the executor reports, so it can be later than the "
+    "transaction that recorded it (r1's handle says it started 1 s after it was recorded). "
+    "Before that start, a cancellation request and a completion receipt are CLOCK_REGRESSION "
+    "and write nothing, though they come after the Run's last change; at the start they apply.",
+)
+def e_4_start_time(s: Scenario) -> None:
+    aid = s.admit("r1", NO_BACKOFF, executor=LOCAL)
+    s.do(ActivateLocal("r1", aid, LOCAL, 1, CALLBACK), "applied")
+    started = s.now + 1_000
+    s.do(RecordLocalHandle("r1", aid, "pid:r1", started), "applied")
+    s.tick(1)
+    s.do(RequestCancel("r1", CancelReason.USER, Actor.USER), "rejected:CLOCK_REGRESSION")
+    s.tick(500)
+    s.do(_receipt(s, "r1", CompletionOutcome.SUCCEEDED), "rejected:CLOCK_REGRESSION")
+    s.now = started
+    s.do(_receipt(s, "r1", CompletionOutcome.SUCCEEDED), "applied:completed")
+
+
+@scenario(
     "E-5-attempt-id-conflict-stops-the-cluster-page",
     "E-5: on cluster a candidate whose new Attempt id collides (ATTEMPT_ID_CONFLICT) stops the "
     "lost-retry page like any other failure (LOST_RETRY_UNAVAILABLE, nothing counted errored) "

@@ -350,7 +350,8 @@ def test_receipt_authentication_and_first_terminal_fact_wins(
     attempt = latest(agg)
     base = receipt_for(agg, outcome, started_at_ms=T0 + 5, exit_code=exit_code)
     receipt = mutate_receipt(base, mutation, position)
-    now = agg.run.updated_at_ms + gap
+    # V-5 with E-4: not before the recorded start (T0 + 5, the handle fact) either.
+    now = max(agg.run.updated_at_ms, T0 + 5) + gap
     result = complete_local(agg, complete_cmd(agg, receipt), now)
     authentic = mutation == "none" or (mutation == "start" and attempt.started_at_ms is None)
     if not authentic:
@@ -532,7 +533,7 @@ def test_a_completion_under_an_intent_ends_with_the_intent_unless_it_succeeded(
     agg = local_running("run-1", "a1", T0, started_at_ms=T0 + 5)
     if reason is not None:
         agg = request_cancel(agg, T0 + 10, reason)
-    now = agg.run.updated_at_ms + gap
+    now = max(agg.run.updated_at_ms, T0 + 5) + gap  # not before the start (V-5, E-4)
     attempt = latest(agg)
     command: CompleteLocal | RecoverLocalStartup
     if route == "receipt":
