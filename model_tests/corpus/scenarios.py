@@ -447,6 +447,63 @@ def retry_12(s: Scenario) -> None:
 
 
 @scenario(
+    "RETRY-11-cancel-intent-keeps-due-retry-wait-runs-out-of-the-source",
+    "RETRY-11 / §1.8.2: a Run with a cancellation intent is never a lost-retry candidate: r1 "
+    "(retry_wait, due, cancelled while waiting) and r2 (lost, cancelled) are not selected at "
+    "their due time, nor processed by the page; r3 (due, no intent) is requeued. Convergence "
+    "then ends r1 and r2 cancelled.",
+)
+def retry_11_source(s: Scenario) -> None:
+    w = worker()
+    for run_id in ("r1", "r3"):
+        s.lost(run_id, w, BACKOFF)
+    s.lost_retry_page({"scanned": 2, "scheduled": 2})
+    s.lost("r2", w, BACKOFF)
+    s.do(RequestCancel("r1", CancelReason.USER, Actor.USER), "applied")
+    s.do(RequestCancel("r2", CancelReason.USER, Actor.USER), "applied")
+    policy = s.agg("r3").policy
+    assert policy is not None
+    assert policy.next_attempt_at_ms is not None
+    s.now = max(s.now, policy.next_attempt_at_ms) + 1
+    s.query("lost_retry", ["r3"])
+    s.lost_retry_page({"scanned": 1, "requeued": 1})
+    s.do(ConvergeCancel("r1"), "applied")
+    s.do(ConvergeCancel("r2"), "applied")
+    assert s.agg("r1").run.status.value == "cancelled"
+
+
+@scenario(
+    "LEASE-04-worker-session-guards-on-grant-and-completion",
+    "LEASE-04 with the T1 grant guard (B-16): a grant needs an online Worker session: a "
+    "draining, an offline and an expired one are each refused WORKER_UNAVAILABLE, nothing "
+    "written; the online one is granted. A draining session may still finish its lease, but "
+    "a first completion by an offline session, or by a replaced one, is rejected.",
+)
+def t1_worker(s: Scenario) -> None:
+    aid = s.admit("r1", NO_BACKOFF)
+    for status, expires in (
+        (WorkerSessionStatus.DRAINING, None),
+        (WorkerSessionStatus.OFFLINE, None),
+        (WorkerSessionStatus.ONLINE, s.now),
+    ):
+        by = worker(status=status) if expires is None else worker(expires_at_ms=expires)
+        s.grant("r1", aid, by, expect="rejected:WORKER_UNAVAILABLE")
+    w = worker()
+    s.grant("r1", aid, w)
+    assert s.agg("r1").run.status.value == "dispatching"
+    s.starting("r1", aid, w)
+    s.running("r1", aid, w)
+    fence = s.fence("r1", aid, w)
+    s.tick(1)
+    offline = worker(status=WorkerSessionStatus.OFFLINE)
+    s.do(s.completion("r1", aid, offline, fence), "rejected:WORKER_UNAVAILABLE")
+    replaced = worker(session="s2", generation=2)
+    s.do(s.completion("r1", aid, replaced, fence), "rejected")
+    draining = worker(status=WorkerSessionStatus.DRAINING)
+    s.do(s.completion("r1", aid, draining, fence), "applied")
+
+
+@scenario(
     "RETRY-13-page-bounded-and-has-more-exact",
     "RETRY-13: one page processes at most `limit` candidates and has_more is exact (limit 2 of "
     "5, limit 4 of 5, limit 5 of 5); one call, no further page, no timer.",
@@ -787,11 +844,12 @@ def _two_lost_one_colliding(s: Scenario) -> None:
 
 
 @scenario(
-    "E-4-nothing-applies-before-a-recorded-start-time",
-    "E-4 / V-5: a start time is a handle fact the executor reports, so it can be later than the "
-    "transaction that recorded it (r1's handle says it started 1 s after it was recorded). "
-    "Before that start, a cancellation request and a completion receipt are CLOCK_REGRESSION "
-    "and write nothing, though they come after the Run's last change; at the start they apply.",
+    "RUN-04-nothing-applies-before-a-recorded-start-time",
+    "RUN-04 with Appendix E-4 (V-5): a start time is a handle fact the executor reports, so it "
+    "can be later than the transaction that recorded it (r1's handle says it started 1 s after "
+    "it was recorded). Before that start, a cancellation request and a completion receipt are "
+    "CLOCK_REGRESSION and write nothing, though they come after the Run's last change; at the "
+    "start they apply.",
 )
 def e_4_start_time(s: Scenario) -> None:
     aid = s.admit("r1", NO_BACKOFF, executor=LOCAL)
@@ -807,10 +865,11 @@ def e_4_start_time(s: Scenario) -> None:
 
 
 @scenario(
-    "E-5-attempt-id-conflict-stops-the-cluster-page",
-    "E-5: on cluster a candidate whose new Attempt id collides (ATTEMPT_ID_CONFLICT) stops the "
-    "lost-retry page like any other failure (LOST_RETRY_UNAVAILABLE, nothing counted errored) "
-    "and the later candidate is untouched; the next page, with fresh ids, requeues both.",
+    "RETRY-17-attempt-id-conflict-stops-the-cluster-page",
+    "RETRY-17 with Appendix E-5: on cluster a candidate whose new Attempt id collides "
+    "(ATTEMPT_ID_CONFLICT) stops the lost-retry page like any other failure "
+    "(LOST_RETRY_UNAVAILABLE, nothing counted errored) and the later candidate is untouched; "
+    "the next page, with fresh ids, requeues both.",
     profile=Profile.CLUSTER,
 )
 def e_5_cluster(s: Scenario) -> None:
@@ -824,9 +883,9 @@ def e_5_cluster(s: Scenario) -> None:
 
 
 @scenario(
-    "E-5-attempt-id-conflict-counted-errored-on-a-local-page",
-    "E-5 / RETRY-17, the local side: a candidate whose new Attempt id collides is counted "
-    "errored and left unchanged, and the page goes on to requeue the next one.",
+    "RETRY-17-attempt-id-conflict-counted-errored-on-a-local-page",
+    "RETRY-17 with Appendix E-5, the local side: a candidate whose new Attempt id collides is "
+    "counted errored and left unchanged, and the page goes on to requeue the next one.",
 )
 def e_5_local(s: Scenario) -> None:
     _two_lost_one_colliding(s)
@@ -876,8 +935,9 @@ def _receipt(s: Scenario, run_id: str, outcome: CompletionOutcome) -> CompleteLo
 
 
 @scenario(
-    "R-27-local-completion-under-an-intent-ends-with-the-intent",
-    "Decision R-27 (L3, §2.1): a local child stopped under an intent whose L4/L5 record a crash "
+    "RETRY-11-local-completion-under-an-intent-ends-with-the-intent",
+    "RETRY-11 (an intent ends the Run cancelled or timed_out) for a local completion, decision "
+    "R-27 (L3, §2.1): a local child stopped under an intent whose L4/L5 record a crash "
     "lost leaves a failed receipt (exit -15). Applied by execution control (r1: user intent) or "
     "by startup recovery after a restart (r2: timeout intent), it ends Attempt and Run with the "
     "intent's status, cancelled or timed_out, keeping the exit code; a succeeded receipt under "
