@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from kernel import Effect, RunAggregate
 from runners.engine import Storage, StorageTransaction
 
+#: The capability a trace with any fault step needs (decision M-3), and a runner declares when
+#: its store can run faults inside its own transactions.
+FAULTS_CAPABILITY = "faults"
+
 
 class FaultKind(enum.StrEnum):
     CRASH_BEFORE_COMMIT = "crash_before_commit"

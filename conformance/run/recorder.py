@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from conformance.run.adapter import ReferenceAdapter, StepResult
-from conformance.run.faults import Fault
+from conformance.run.faults import FAULTS_CAPABILITY, Fault
 from conformance.run.pages import PageRequest
 from conformance.run.trace import (
     Expectation,
@@ -32,9 +32,16 @@ class Recorder:
         self.steps: list[Step] = []
         self.capabilities: set[str] = set(header.capabilities)
 
+    def _note_fault(self, fault: Fault | None) -> None:
+        """M-3: a trace with an injected fault needs the `faults` capability; a runner without
+        it reports the trace not applicable instead of failing a step it cannot fault."""
+        if fault is not None:
+            self.capabilities.add(FAULTS_CAPABILITY)
+
     def step(
         self, command: Command | None, observed_at_ms: int, fault: Fault | None = None
     ) -> StepResult:
+        self._note_fault(fault)
         result = self.adapter.apply(command, observed_at_ms, fault)
         projection = self.adapter.project()
         self.steps.append(
@@ -58,6 +65,7 @@ class Recorder:
         decoded = decode_trace_command(command)
         if not isinstance(decoded, Rejected):
             return self.step(decoded, observed_at_ms, fault)
+        self._note_fault(fault)
         projection = self.adapter.project()
         result = StepResult(decoded.kind.value, decoded.code.value)
         self.steps.append(
@@ -78,6 +86,7 @@ class Recorder:
     ) -> StepResult:
         """A page step: a source query or a lost-retry page; the trace's header then names the
         capability it needs (a runner without it reports the trace not applicable)."""
+        self._note_fault(fault)
         result = self.adapter.page(request, observed_at_ms, fault)
         projection = self.adapter.project()
         self.capabilities.add(request.capability)

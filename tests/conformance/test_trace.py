@@ -259,3 +259,18 @@ def test_an_attempt_id_is_unique_across_runs_in_the_reference_store() -> None:
     second = recorder.step(AdmitRun("r2", "shared", "p", "t", 1, "shell"), 2)
     assert (first.kind, second.kind, second.code) == ("applied", "raced", "CAS_CONFLICT")
     assert [r["run_id"] for r in recorder.adapter.project()["runs"]] == ["r1"]
+
+
+@pytest.mark.parametrize("kind", list(FaultKind))
+def test_a_trace_with_a_fault_step_needs_the_faults_capability(kind: FaultKind) -> None:
+    """Decision M-3: the recorder tags a trace with `faults` as soon as one step carries a
+    fault (a runner without the capability then reports it not applicable), and only then."""
+    plain = Recorder(TraceHeader(name="plain"))
+    plain.step(AdmitRun("run-1", "a1", "p", "t", 1, "shell"), 1_000)
+    assert "faults" not in plain.trace().header.capabilities
+    faulted = Recorder(TraceHeader(name="faulted"))
+    fault = Fault(kind, at_effect=1) if kind is FaultKind.IO_ERROR else Fault(kind)
+    if kind is FaultKind.CLOCK_SKEW:
+        fault = Fault(kind, skew_ms=-1)
+    faulted.step(AdmitRun("run-1", "a1", "p", "t", 1, "shell"), 1_000, fault)
+    assert "faults" in faulted.trace().header.capabilities
