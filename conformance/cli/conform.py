@@ -368,11 +368,7 @@ def _guard_mode(factory: AdapterFactory, root: Path, ctx: Context) -> int:
         print(f"guard mode: not applicable (runner lacks: {GUARDS})", file=stream)
         return ExitCode.OK
     failures = report.failures
-    print(
-        f"guard mode: {len(report.writes)} write paths, {report.probes} stale writes probed "
-        f"(every guard of every effect), {len(failures)} accepted by the runner",
-        file=stream,
-    )
+    print(f"guard mode: {report.summary()}", file=stream)
     _print_failures(failures, ctx)
     return ExitCode.CHECK_FAILED if failures else ExitCode.OK
 

@@ -140,14 +140,20 @@ def variants_of(effects: Sequence[Effect]) -> Iterator[StaleVariant]:
 
 @dataclass(frozen=True, slots=True)
 class GuardWrite:
-    """One write path probed: where it comes from and what the store did with each probe."""
+    """One write path probed: where it comes from and what the store did with its probes. A
+    probe ends one of three ways besides a refusal: the store `accepted` the stale write, it
+    `raised` something other than the port's `StaleWrite` (a runner error, never counted as an
+    acceptance), or it showed another `problem` (the kernel's answer changed, an untouched effect
+    was refused, a probe changed the state)."""
 
     trace: str
     step: int
     command: str
     code: str
     probes: int
-    accepted: tuple[str, ...]  # one line per stale write the store accepted
+    accepted: tuple[str, ...] = ()  # one line per stale write the store accepted
+    raised: tuple[str, ...] = ()  # one line per probe (or replay) the runner raised in
+    problems: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -164,22 +170,53 @@ class GuardReport:
         return sum(w.probes for w in self.writes)
 
     @property
-    def failures(self) -> list[str]:
+    def accepted(self) -> list[str]:
         return [line for w in self.writes for line in w.accepted]
+
+    @property
+    def raised(self) -> list[str]:
+        return [line for w in self.writes for line in w.raised]
+
+    @property
+    def failures(self) -> list[str]:
+        """Every finding, accepted stale writes first: the check fails when there is any."""
+        return self.accepted + self.raised + [line for w in self.writes for line in w.problems]
+
+    def summary(self) -> str:
+        """One line: what was probed and how each finding counts (a raise is not an accept)."""
+        line = (
+            f"{len(self.writes)} write paths, {self.probes} stale writes probed (every guard of "
+            f"every effect), {len(self.accepted)} accepted by the runner"
+        )
+        if self.raised:
+            line += f", {len(self.raised)} raised (first: {self.raised[0]})"
+        others = len(self.failures) - len(self.accepted) - len(self.raised)
+        if others:
+            line += f", {others} other findings"
+        return line
 
 
 class _Abort(Exception):
     """Raised inside a probe's transaction so the store rolls it back."""
 
 
-def _probe(store: Storage, command: Command, at: int, variant: StaleVariant) -> str | None:
-    """Run one probe; `None` when the store refused the stale write, else what happened."""
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    """How one probe ended: `refused` (the guard held), `accepted`, `raised` or `problem`."""
+
+    kind: str
+    detail: str = ""
+
+
+def _probe(store: Storage, command: Command, at: int, variant: StaleVariant) -> _Probe:
+    """Run one probe in a transaction that is always rolled back."""
     accepted = False
     try:
         with store.transaction() as tx:
             outcome = apply(load_for(tx, command), command, at)
             if not isinstance(outcome, Applied):
-                return f"the kernel now answers {outcome.kind.value} {outcome.code.value}"
+                answer = f"{outcome.kind.value} {outcome.code.value}"
+                return _Probe("problem", f"the kernel now answers {answer}")
             *before, stale = variant.effects
             for effect in before:
                 tx.execute(effect)
@@ -193,31 +230,42 @@ def _probe(store: Storage, command: Command, at: int, variant: StaleVariant) -> 
     except _Abort:
         pass
     except StaleWrite as exc:  # an effect before the probed one failed: the path is broken
-        return f"an untouched effect before the probe was refused ({exc})"
-    return "accepted" if accepted else None
+        return _Probe("problem", f"an untouched effect before the probe was refused ({exc})")
+    except Exception as exc:  # the runner's own error: reported as such, not as an acceptance
+        return _Probe("raised", type(exc).__name__)
+    return _Probe("accepted") if accepted else _Probe("refused")
 
 
 def probe_write(
     store: Storage, command: Command, at: int, project: Callable[[], Any]
-) -> tuple[int, list[str]]:
+) -> tuple[int, dict[str, list[str]]]:
     """Every stale variant of one write, from the store's current state. Returns the number of
-    probes and one line per failure (a stale write accepted, or a state changed by a probe)."""
+    probes and the findings by kind (`accepted`, `raised`, `problems`), one line each."""
     before = project()
     with store.transaction() as tx:
         outcome = apply(load_for(tx, command), command, at)
+    findings: dict[str, list[str]] = {"accepted": [], "raised": [], "problems": []}
     if not isinstance(outcome, Applied):
-        return 0, [f"{command.name}: the kernel answers {outcome.kind.value}, not applied"]
-    failures: list[str] = []
+        answer = f"{outcome.kind.value}, not applied"
+        findings["problems"].append(f"{command.name}: the kernel answers {answer}")
+        return 0, findings
     probes = 0
     for variant in variants_of(outcome.effects):
         probes += 1
-        problem = _probe(store, command, at, variant)
-        if problem is not None:
-            failures.append(f"{command.name} {variant.label}: stale write {problem}")
+        result = _probe(store, command, at, variant)
+        where = f"{command.name} {variant.label}"
+        if result.kind == "accepted":
+            findings["accepted"].append(f"{where}: stale write accepted")
+        elif result.kind == "raised":
+            findings["raised"].append(f"{where}: the runner raised {result.detail}")
+        elif result.kind == "problem":
+            findings["problems"].append(f"{where}: stale write {result.detail}")
     changes = diff(before, project())
     if changes:
-        failures.append(f"{command.name}: probes changed the state: {'; '.join(changes[:3])}")
-    return probes, failures
+        findings["problems"].append(
+            f"{command.name}: probes changed the state: {'; '.join(changes[:3])}"
+        )
+    return probes, findings
 
 
 def _write_of(step: Step) -> Command | None:
@@ -260,7 +308,7 @@ def probe_every_write(
                     key = (command.name, step.expect.code or "") if command is not None else None
                     if command is not None and key is not None and key not in seen:
                         seen.add(key)
-                        probes, failures = probe_write(
+                        probes, found = probe_write(
                             store, command, step.observed_at_ms, adapter.project
                         )
                         writes.append(
@@ -270,13 +318,16 @@ def probe_every_write(
                                 command.name,
                                 key[1],
                                 probes,
-                                tuple(failures),
+                                accepted=tuple(found["accepted"]),
+                                raised=tuple(found["raised"]),
+                                problems=tuple(found["problems"]),
                             )
                         )
                     apply_step(adapter, step)
             except Exception as exc:  # a broken runner is a finding, not a crash of the suite
                 line = f"{trace.header.name} step {at_step}: the runner raised {type(exc).__name__}"
-                writes.append(GuardWrite(trace.header.name, at_step, "replay", "", 0, (line,)))
+                name = trace.header.name
+                writes.append(GuardWrite(name, at_step, "replay", "", 0, raised=(line,)))
         finally:
             adapter.close()
     return GuardReport(tuple(writes))

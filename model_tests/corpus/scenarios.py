@@ -35,11 +35,13 @@ from kernel import (
     NotRunningEvidence,
     PolicyDefinition,
     RecordLocalHandle,
+    RecordLocalStop,
     RecoverLocalStartup,
     RecoverRuntime,
     RenewLease,
     RequestCancel,
     Safety,
+    StopResult,
     UnknownEvidence,
     UnknownReason,
     WorkerSessionStatus,
@@ -941,16 +943,23 @@ def _receipt(s: Scenario, run_id: str, outcome: CompletionOutcome) -> CompleteLo
     "lost leaves a failed receipt (exit -15). Applied by execution control (r1: user intent) or "
     "by startup recovery after a restart (r2: timeout intent), it ends Attempt and Run with the "
     "intent's status, cancelled or timed_out, keeping the exit code; a succeeded receipt under "
-    "an intent (r3) and a failed one without (r4) keep their own outcome.",
+    "an intent (r3) and a failed one without (r4) keep their own outcome. Without the crash "
+    "(r5) the stop is recorded (L5) and the later receipt only replays.",
 )
 def r_27(s: Scenario) -> None:
-    for run_id in ("r1", "r2", "r3", "r4"):
+    for run_id in ("r1", "r2", "r3", "r4", "r5"):
         local_running(s, run_id)
     s.tick(1)
     s.do(RequestCancel("r1", CancelReason.USER, Actor.USER), "applied")
     s.do(RequestCancel("r2", CancelReason.TIMEOUT, Actor.SYSTEM), "applied")
     s.do(RequestCancel("r3", CancelReason.USER, Actor.USER), "applied")
+    s.do(RequestCancel("r5", CancelReason.USER, Actor.USER), "applied")
     s.tick(1)
+    # The path without a crash: the stop is recorded (L5) and the later receipt only replays.
+    r5 = s.agg("r5").latest_attempt
+    assert r5 is not None
+    s.do(RecordLocalStop("r5", r5.attempt_id, StopResult.TERMINATION_REQUESTED), "applied:stopped")
+    s.do(_receipt(s, "r5", CompletionOutcome.FAILED), "replayed:already_terminal")
     s.do(_receipt(s, "r1", CompletionOutcome.FAILED), "applied:completed")
     s.do(_receipt(s, "r3", CompletionOutcome.SUCCEEDED), "applied:completed")
     s.do(_receipt(s, "r4", CompletionOutcome.FAILED), "applied:completed")
@@ -962,8 +971,14 @@ def r_27(s: Scenario) -> None:
         CompletionOutcome.FAILED, attempt.callback_sequence, -15, attempt.started_at_ms
     )
     s.do(RecoverLocalStartup("r2", attempt.attempt_id, evidence), "applied:completed")
-    finals = {r: s.agg(r).run.status.value for r in ("r1", "r2", "r3", "r4")}
-    assert finals == {"r1": "cancelled", "r2": "timed_out", "r3": "succeeded", "r4": "failed"}
+    finals = {r: s.agg(r).run.status.value for r in ("r1", "r2", "r3", "r4", "r5")}
+    assert finals == {
+        "r1": "cancelled",
+        "r2": "timed_out",
+        "r3": "succeeded",
+        "r4": "failed",
+        "r5": "cancelled",
+    }
     assert all(s.agg(r).attempts[-1].exit_code == -15 for r in ("r1", "r2", "r4"))
 
 

@@ -108,7 +108,7 @@ def test_guard_mode_catches_the_mutant(mutant: Mutant, monkeypatch: pytest.Monke
     mutant.apply(monkeypatch)
     started = time.perf_counter()
     report = probe_every_write(make_edge_adapter)
-    failures = report.failures
+    failures = report.accepted
     hits = [line for line in failures if f"{effect}[" in line and f"].{guard}:" in line]
     shown = hits[0] if hits else (failures[0] if failures else "SURVIVED")
     _line(
