@@ -8,8 +8,9 @@
    by design), with spawning `true` directly the same number of times, and with starting the
    launch wrapper (the Python process every Run's start waits for) directly.
 2. Peak RSS (`VmHWM`, polled every 50 ms) of that serve process running `--rss-tasks` no-op
-   tasks, against a child that only imports `runners.local.app` and `conformance.cli` and sleeps
-   1 s (and, to show where the memory comes from, a bare interpreter and smaller imports).
+   tasks, against a child that only imports what `qlk serve` imports before it opens the
+   database (`conformance.cli.serve`) and sleeps 1 s (and, to show where the memory comes from,
+   a bare interpreter and the layers of imports on serve's path).
 3. Admission latency under the write lock with 4 concurrent submitters: 4 processes each calling
    `runners.local.schedule.submit` `--submits` times on one file, against 4 processes each doing
    as many `BEGIN IMMEDIATE; INSERT; COMMIT` on a scratch table of a file with the same pragmas;
@@ -172,7 +173,7 @@ class Watched:
 
     elapsed_s: float
     returncode: int
-    hwm_kib: int  # the last VmHWM read (it only grows)
+    hwm_kib: int  # the last VmHWM read (it only grows), or the peak reported at exit if larger
     rollup_kib: dict[str, int]  # the smaps_rollup read (every 250 ms) with the largest Rss
     cpu_s: float  # user + system time of the child and the children it reaped
     lines: list[tuple[float, str]] = field(default_factory=list)  # stdout, seconds from start
@@ -184,8 +185,21 @@ def _read_lines(stream: IO[str], lines: list[tuple[float, str]], start: float) -
         lines.append((time.perf_counter() - start, line.rstrip("\n")))
 
 
+def _reap(pid: int, reaped: list[tuple[int, int | None]]) -> None:
+    """Wait for `pid` (on a thread): its wait status and, when the kernel's figure is the
+    child's, its peak resident set in KiB (else None). A reaped child's `ru_maxrss` (Linux) is
+    the largest of its own peak, its reaped children's (serve's launch wrappers, smaller than
+    serve) and the image it was started from (this process's, shared until `exec`), so above
+    this process's own peak it is the child's. It keeps a peak reached after the last VmHWM
+    poll: serve imports rich and prints its table in its last milliseconds."""
+    _, status, usage = os.wait4(pid, 0)
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    reaped.append((status, usage.ru_maxrss if usage.ru_maxrss > own else None))
+
+
 def watch(cmd: Sequence[str], timeout_s: float, cwd: Path = ROOT) -> Watched:
-    """Run `cmd`, polling its VmHWM every 50 ms until it exits; stdout lines are timestamped."""
+    """Run `cmd`, polling its VmHWM every 50 ms until it exits (and taking its peak at exit,
+    `_reap`, when larger); stdout lines are timestamped."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     lines: list[tuple[float, str]] = []
     with tempfile.TemporaryFile("w+") as err:
@@ -198,6 +212,9 @@ def watch(cmd: Sequence[str], timeout_s: float, cwd: Path = ROOT) -> Watched:
             target=_read_lines, args=(process.stdout, lines, start), daemon=True
         )
         reader.start()
+        reaped: list[tuple[int, int | None]] = []
+        reaper = threading.Thread(target=_reap, args=(process.pid, reaped), daemon=True)
+        reaper.start()
         hwm, polls = 0, 0
         rollup: dict[str, int] = {}
         while True:
@@ -209,17 +226,17 @@ def watch(cmd: Sequence[str], timeout_s: float, cwd: Path = ROOT) -> Watched:
                 if read.get("Rss", 0) >= rollup.get("Rss", 0):
                     rollup = read
             polls += 1
-            try:
-                process.wait(timeout=POLL_S)
+            reaper.join(timeout=POLL_S)
+            if not reaper.is_alive():
                 break
-            except subprocess.TimeoutExpired:
-                if time.perf_counter() - start > timeout_s:
-                    process.kill()
-                    process.wait()
-                    raise SystemExit(
-                        f"not done within {timeout_s:.0f} s: {' '.join(cmd)}"
-                    ) from None
+            if time.perf_counter() - start > timeout_s:
+                process.kill()
+                reaper.join()
+                raise SystemExit(f"not done within {timeout_s:.0f} s: {' '.join(cmd)}")
         elapsed = time.perf_counter() - start
+        status, peak_kib = reaped[0]
+        process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        hwm = max(hwm, peak_kib or 0)
         reader.join(timeout=10)
         err.seek(0)
         stderr = err.read()
@@ -346,14 +363,23 @@ def report_throughput(directory: Path, tasks: int, rounds: int) -> None:
 
 
 # -- 2. peak RSS -----------------------------------------------------------------------------
+#: The imports on serve's path, layer by layer (each in a fresh interpreter): the kernel's two
+#: largest dependencies, the kernel, croniter (the local application's cron iteration), the
+#: local application; after the baseline, rich, which serve imports as it exits (its table).
 IMPORT_LADDER: tuple[tuple[str, str], ...] = (
     ("interpreter only", "import time"),
+    ("import icontract", "import time, icontract"),
+    ("import icontract, hashlib", "import time, icontract, hashlib"),
     ("import kernel", "import time, kernel"),
+    ("import kernel, croniter", "import time, kernel, croniter"),
     ("import runners.local.app", "import time, runners.local.app"),
 )
-BASELINE = (
-    "baseline: import runners.local.app, conformance.cli",
-    "import time, runners.local.app, conformance.cli",
+BASELINE = ("baseline: import conformance.cli.serve", "import time, conformance.cli.serve")
+AFTER_BASELINE: tuple[tuple[str, str], ...] = (
+    (
+        "import conformance.cli.serve, rich.console, rich.table",
+        "import time, conformance.cli.serve, rich.console, rich.table",
+    ),
 )
 
 
@@ -387,8 +413,9 @@ def report_rss(directory: Path, tasks: int) -> None:
     rows += [
         (f"{BASELINE[0]} (before)", before),
         (f"{BASELINE[0]} (after)", after),
-        (f"qlk serve, {tasks} no-op Runs ({serve.elapsed_s:.0f} s)", serve),
     ]
+    rows += [(label, import_child(code)) for label, code in AFTER_BASELINE]
+    rows.append((f"qlk serve, {tasks} no-op Runs ({serve.elapsed_s:.0f} s)", serve))
     for label, w in rows:
         print(f"  {label:<60} {w.hwm_kib / 1024:>6.1f} MiB  {_rollup_text(w.rollup_kib)}")
     diff = serve.hwm_kib - baseline_kib
@@ -583,7 +610,7 @@ def verify_admitted(db: Path, expected: int) -> None:
 
 
 # -- main ------------------------------------------------------------------------------------
-WARM_IMPORTS = ("runners.local.app", "conformance.cli", WRAPPER_MODULE)
+WARM_IMPORTS = ("runners.local.app", "conformance.cli.serve", "rich.table", WRAPPER_MODULE)
 
 
 def machine() -> str:
@@ -607,6 +634,8 @@ def bytecode(directory: Path, *, inherit: bool) -> str:
         cwd=ROOT,
         check=True,
     )
+    # and what serve imports only as it runs (a wrapper's start, the table it prints at exit)
+    run_serve(directory, 1, "warm")
     return "cached in a temporary PYTHONPYCACHEPREFIX (as installed; --inherit-bytecode: not)"
 
 

@@ -7,24 +7,30 @@ commands as they are added).
     qlk --version
 
 One module per subcommand group (`conform.py`, `traces.py`), each with `register(commands)`;
-`COMMANDS` lists them in the order `qlk --help` shows them. `main` is the one place that turns
-what a subcommand returned or raised into the exit status of SPEC E-7 (`EXIT_CODES`), printing
-a failure as one line `qlk: <message>` on stderr, never a traceback unless `--debug` is given.
-Shared pieces (errors, `add_command`, `resolve_db`, `make_console`) are in `common.py`.
+`COMMANDS` maps each command name to its module, in the order `qlk --help` shows them. A
+command's module is imported only when that command runs: `qlk serve ...` imports `serve.py` and
+what it imports, nothing of the conformance suite (`qlk conform`'s replay, `multiprocessing`,
+`xml`: about 5 MiB of memory that a long-running `qlk serve` would hold for nothing;
+docs/performance.md, "Peak memory of `qlk serve`"). `qlk --help`, a bad command name and
+anything else not certain before parsing import them all. Each module's `register` stays the
+one place its name, help and arguments are written.
+
+`main` is the one place that turns what a subcommand returned or raised into the exit status of
+SPEC E-7 (`EXIT_CODES`), printing a failure as one line `qlk: <message>` on stderr, never a
+traceback unless `--debug` is given. Shared pieces (errors, `add_command`, `resolve_db`,
+`make_console`) are in `common.py`.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import traceback
-from collections.abc import Sequence
-from importlib import metadata
-from types import ModuleType
+from collections.abc import Mapping, Sequence
 from typing import TextIO
 
-from conformance.cli import cancel, conform, logs, serve, status, submit, tasks, traces
 from conformance.cli.common import (
     CheckFailed,
     Context,
@@ -34,10 +40,8 @@ from conformance.cli.common import (
     QlkError,
     UsageError,
     global_options,
-    make_console,
     one_line,
 )
-from conformance.run.factories import FactoryError
 
 __all__ = [
     "COMMANDS",
@@ -51,17 +55,18 @@ __all__ = [
     "version",
 ]
 
-#: The subcommand modules, each with `register(commands: common.Commands) -> None`.
-COMMANDS: tuple[ModuleType, ...] = (
-    conform,
-    traces,
-    tasks,
-    submit,
-    serve,
-    status,
-    logs,
-    cancel,
-)
+#: Command name -> the module that registers it (`register(commands: common.Commands) -> None`
+#: adds a command of that name), in the order `qlk --help` lists them.
+COMMANDS: Mapping[str, str] = {
+    "conform": "conformance.cli.conform",
+    "traces": "conformance.cli.traces",
+    "task": "conformance.cli.tasks",
+    "submit": "conformance.cli.submit",
+    "serve": "conformance.cli.serve",
+    "status": "conformance.cli.status",
+    "logs": "conformance.cli.logs",
+    "cancel": "conformance.cli.cancel",
+}
 
 DISTRIBUTION = "ql3-kernel"
 
@@ -79,13 +84,43 @@ An error is one line on stderr, `qlk: <message>`, naming the file or flag;
 
 def version() -> str:
     """The installed package's version (`unknown` when run from a tree that is not installed)."""
+    # Imported here, for `--version` only: importlib.metadata brings email, csv and more
+    # (1.3 MiB of memory that every command, `qlk serve` included, would otherwise hold).
+    from importlib import metadata  # noqa: PLC0415
+
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return "unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Version(argparse.Action):
+    """`--version`, reading the version only when the flag is given (see `version`)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="show program's version number and exit",
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[object] | None,
+        option_string: str | None = None,
+    ) -> None:
+        del namespace, values, option_string
+        print(f"qlk {version()}", file=sys.stdout)
+        parser.exit()
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `qlk` parser with every command of `COMMANDS`, or, given one of their names, with
+    that one only, importing only its module (the other commands are then unknown to it)."""
     parser = Parser(
         prog="qlk",
         description="ql3-kernel: replay conformance traces against a runner, inspect traces.",
@@ -93,11 +128,22 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[global_options()],
     )
-    parser.add_argument("--version", action="version", version=f"qlk {version()}")
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for module in COMMANDS:
-        module.register(commands)
+    for name in COMMANDS if command is None else (command,):
+        importlib.import_module(COMMANDS[name]).register(commands)
     return parser
+
+
+def command_named(argv: Sequence[str]) -> str | None:
+    """The command `argv` runs when that is certain before parsing: its first argument other
+    than `--debug` is a name in `COMMANDS`. Otherwise (`--help`, `--version`, an abbreviated
+    option, a bad name, nothing) None: the parser then needs every command, as `--help` lists
+    them all and a bad name is answered with the valid ones."""
+    for arg in argv:
+        if arg != "--debug":
+            return arg if arg in COMMANDS else None
+    return None
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
@@ -106,11 +152,12 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     line on stderr (with `--debug`, after its traceback)."""
     stream = out if out is not None else sys.stdout
     err = sys.stderr
-    parser = build_parser()
+    arguments = sys.argv[1:] if argv is None else list(argv)
     debug = False
     try:
+        parser = build_parser(command_named(arguments))
         try:
-            args = parser.parse_args(argv)
+            args = parser.parse_args(arguments)
         except SystemExit as exited:  # --help, --version
             return _status(exited.code)
         debug = bool(getattr(args, "debug", False))  # --debug before or after the command
@@ -118,13 +165,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         if handler is None:
             parser.print_help(err)
             return ExitCode.USAGE
-        ctx = Context(
-            out=stream,
-            err=err,
-            console=make_console(stream),
-            err_console=make_console(err),
-            debug=debug,
-        )
+        ctx = Context(out=stream, err=err, debug=debug)  # its consoles made when first used
         return int(handler(args, ctx))
     except KeyboardInterrupt:
         _report("interrupted", err, debug=debug)
@@ -133,17 +174,25 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         if exc.message:
             _report(exc.message, err, debug=debug)
         return exc.exit_code
-    except FactoryError as exc:  # a runner name found bad below the subcommand's own checks
-        _report(str(exc), err, debug=debug)
-        return ExitCode.USAGE
     except BrokenPipeError:  # `qlk traces show F | head`: the reader left; not an error
         _silence(stream)
         return ExitCode.OK
     except Exception as exc:
+        if _is_factory_error(exc):  # a runner name found bad below the subcommand's own checks
+            _report(str(exc), err, debug=debug)
+            return ExitCode.USAGE
         where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
         hint = "" if debug else " (run with --debug for the traceback)"
         _report(f"unexpected error{where}: {one_line(exc)}{hint}", err, debug=debug)
         return ExitCode.INFRASTRUCTURE
+
+
+def _is_factory_error(exc: Exception) -> bool:
+    """Whether `exc` is a `conformance.run.factories.FactoryError`. Looked up, not imported:
+    importing it loads the conformance suite, and only a command that imported it (`conform`)
+    can raise one."""
+    factories = sys.modules.get("conformance.run.factories")
+    return factories is not None and isinstance(exc, factories.FactoryError)
 
 
 def _status(code: object) -> int:

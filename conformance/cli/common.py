@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import ClassVar, NoReturn, TextIO, TypeAlias
+from typing import TYPE_CHECKING, ClassVar, NoReturn, TextIO, TypeAlias
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = [
     "DB_DEFAULT",
@@ -106,16 +106,42 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
-@dataclass(frozen=True, slots=True)
 class Context:
     """What a handler writes to: `out` (the report, `print(..., file=ctx.out)`), `console`
-    (a rich console on `out` for tables), `err` and `err_console` (progress, warnings)."""
+    (a rich console on `out` for tables), `err` and `err_console` (progress, warnings).
 
-    out: TextIO
-    err: TextIO
-    console: Console
-    err_console: Console
-    debug: bool = False
+    A console not given is made by `make_console` when first used, so that rich is imported
+    by a command that prints with it, when it does: `qlk serve` prints one table as it exits,
+    and rich imported when it starts would be held all along (about 1 MiB more peak memory;
+    docs/performance.md, "Peak memory of `qlk serve`")."""
+
+    __slots__ = ("_console", "_err_console", "debug", "err", "out")
+
+    def __init__(
+        self,
+        out: TextIO,
+        err: TextIO,
+        console: Console | None = None,
+        err_console: Console | None = None,
+        debug: bool = False,
+    ) -> None:
+        self.out = out
+        self.err = err
+        self._console = console
+        self._err_console = err_console
+        self.debug = debug
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            self._console = make_console(self.out)
+        return self._console
+
+    @property
+    def err_console(self) -> Console:
+        if self._err_console is None:
+            self._err_console = make_console(self.err)
+        return self._err_console
 
 
 #: A subcommand: parsed arguments and where to write -> an exit status (`ExitCode`).
@@ -240,6 +266,8 @@ def make_console(stream: TextIO) -> Console:
     (a pipe, a file, a test): no colour, no control codes, width 100, so output is the same
     bytes every time. Markup, emoji and highlighting are off everywhere: user data such as a
     `[io_error]` or a task name is printed as given (style with `rich.text.Text`)."""
+    from rich.console import Console  # noqa: PLC0415 (when first printed with: see Context)
+
     if is_terminal(stream):
         return Console(file=stream, markup=False, emoji=False, highlight=False)
     return Console(

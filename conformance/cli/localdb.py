@@ -16,17 +16,17 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Final
-
-from rich import box
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Final
 
 from conformance.cli.common import InfrastructureError, UsageError, one_line, resolve_db
 from kernel.specs import Code
 from runners.edge.connection import EdgeConfigError
 from runners.edge.migrate import MigrationError
 from runners.edge.store import EdgeStore
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 __all__ = [
     "CODE_TEXT",
@@ -66,6 +66,11 @@ CODE_TEXT: Final[Mapping[Code, str]] = {
 def table(console: Console) -> Table:
     """A table for `console`: rounded on a terminal, plain ASCII otherwise (CLI-7: logs and
     pipes get the same bytes every time)."""
+    # Imported here: `qlk serve` imports this module (through `tasks`) and prints its one table
+    # as it exits; rich imported at its start would be held all along (see `common.Context`).
+    from rich import box  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
     return Table(box=box.ROUNDED if console.is_terminal else box.ASCII2)
 
 

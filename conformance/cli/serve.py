@@ -1,12 +1,14 @@
 """`qlk serve`: the local application in the foreground (issue 15 items 2 and 4; SPEC O-1..O-4).
 
-    qlk serve [--profile edge|standalone] [--until-idle] [--db FILE]
+    qlk serve [--profile edge|standalone] [--until-idle] [--log-retention DUR] [--db FILE]
 
 It starts the application (startup recovery, the first execution-control cycle, then both
 lifecycles), prints one line per Run it starts and per completion it applies, and stops the
 O-4 way on SIGTERM or Ctrl-C (scheduler drain, execution-control drain, storage close). With
 `--until-idle` it also stops once the kernel's `local_idle` holds: nothing queued, running,
 lost, waiting for retry or due, and no process watched. At the end it prints the Runs by status.
+`--log-retention DUR` is how long a finished Attempt's log is kept (default 7d, 1m..365d;
+decision LR-13).
 """
 
 from __future__ import annotations
@@ -20,8 +22,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-from rich.table import Table
-
 from conformance.cli.common import (
     Commands,
     Context,
@@ -33,7 +33,9 @@ from conformance.cli.common import (
     one_line,
     resolve_db,
 )
-from kernel.specs import Profile
+from conformance.cli.durations import format_duration
+from conformance.cli.tasks import duration_flag
+from kernel.specs import LOG_RETENTION_DEFAULT_MS, LOG_RETENTION_MS, Profile
 from runners.edge.store import EdgeStore
 from runners.lifecycle import CycleReport, LifecycleIncident
 from runners.local.app import LocalApplication
@@ -67,7 +69,28 @@ def register(commands: Commands) -> None:
         action="store_true",
         help="stop once nothing is queued, running, lost, waiting for retry or due (exit 0)",
     )
+    serve.add_argument(
+        "--log-retention",
+        metavar="DUR",
+        default=None,
+        help="delete a finished Attempt's log this long after it ended (default 7d, 1m..365d)",
+    )
     add_db_argument(serve)
+
+
+def _log_retention(text: str | None) -> int:
+    """`--log-retention` in milliseconds (the kernel's default when not given); exit 2 naming
+    the flag for text that is not a duration or a duration outside the accepted range."""
+    retention = duration_flag("--log-retention", text)
+    if retention is None:
+        return LOG_RETENTION_DEFAULT_MS
+    if retention not in LOG_RETENTION_MS:
+        low, high = (
+            format_duration(LOG_RETENTION_MS.minimum),
+            format_duration(LOG_RETENTION_MS.maximum),
+        )
+        raise UsageError(f"--log-retention {text}: give a duration from {low} to {high}")
+    return retention
 
 
 class _Printer:
@@ -127,10 +150,15 @@ def _stop_signals(stop: threading.Event, interrupted: list[int]) -> Iterator[Non
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     db = resolve_db(args.db)
+    retention = _log_retention(args.log_retention)
     printer = _Printer(ctx)
     try:
         app = LocalApplication(
-            db, Profile(args.profile), on_cycle=printer.cycle, report=printer.incident
+            db,
+            Profile(args.profile),
+            on_cycle=printer.cycle,
+            report=printer.incident,
+            log_retention_ms=retention,
         )
     except (OSError, sqlite3.Error) as exc:
         raise UsageError(f"--db {db}: cannot open the database: {one_line(exc)}") from None
@@ -156,6 +184,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         finally:
             stopped = app.stop()
     counts = _counts(db)
+    # Imported as it exits, the one time serve prints with rich: held from the start, rich
+    # would add about 1 MiB to serve's peak memory (docs/performance.md).
+    from rich.table import Table  # noqa: PLC0415
+
     table = Table(title=f"Runs in {db.name}", show_edge=False)
     table.add_column("status")
     table.add_column("runs", justify="right")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import sys
 import types
 from pathlib import Path
 
@@ -53,9 +54,12 @@ def _register(commands: Commands) -> None:
 
 @pytest.fixture
 def with_hello(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command `hello` registered as every command is: a name in `COMMANDS` naming the module
+    whose `register` adds it (imported by `build_parser` when needed)."""
     module = types.ModuleType("hello_command")
     module.register = _register  # type: ignore[attr-defined]
-    monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, module))
+    monkeypatch.setitem(sys.modules, "hello_command", module)
+    monkeypatch.setattr(cli, "COMMANDS", {**cli.COMMANDS, "hello": "hello_command"})
 
 
 @pytest.mark.usefixtures("with_hello")
