@@ -10,25 +10,33 @@ minutes, so the questions are asked at minute boundaries (no float rounding at t
 
 from __future__ import annotations
 
-from typing import Final
-
-from croniter import CroniterError, croniter
+from typing import TYPE_CHECKING, Final
 
 from kernel.specs import Code
 from kernel.task import TaskRefused, cron_shape_refusal, normalize_cron
 
+if TYPE_CHECKING:
+    from croniter import croniter
+
 __all__ = ["MINUTE_MS", "cron_refusal", "first_fire_after", "latest_fire_at_or_before"]
+
+# croniter (with dateutil and pytz) is imported on first use, not with this module: about
+# 4 MiB of a `qlk serve` that has no cron task (docs/performance.md, local application §2).
 
 MINUTE_MS: Final = 60_000
 
 
 def _iterator(cron: str, start_minute_ms: int) -> croniter:
+    from croniter import croniter  # noqa: PLC0415 - on first use (RSS, above)
+
     # `start_minute_ms` is a multiple of a minute: exact in float seconds.
     return croniter(cron, start_minute_ms // 1000)
 
 
 def first_fire_after(cron: str, after_ms: int) -> int | None:
     """The first fire of `cron` strictly after `after_ms` (None: it never fires again)."""
+    from croniter import CroniterError  # noqa: PLC0415 - on first use (RSS, above)
+
     minute = after_ms // MINUTE_MS * MINUTE_MS
     try:
         # A fire is a minute boundary: the first one after `after_ms` is the first one after
@@ -40,6 +48,8 @@ def first_fire_after(cron: str, after_ms: int) -> int | None:
 
 def latest_fire_at_or_before(cron: str, now_ms: int) -> int | None:
     """The latest fire of `cron` at or before `now_ms` (None: there is none)."""
+    from croniter import CroniterError  # noqa: PLC0415 - on first use (RSS, above)
+
     next_minute = now_ms // MINUTE_MS * MINUTE_MS + MINUTE_MS
     try:
         # get_prev is strictly before its start: the latest fire before the next minute starts.
@@ -55,6 +65,8 @@ def cron_refusal(cron: str, now_ms: int) -> TaskRefused | None:
     shape = cron_shape_refusal(cron)
     if shape is not None:
         return shape
+    from croniter import CroniterError, croniter  # noqa: PLC0415 - on first use (RSS, above)
+
     text = normalize_cron(cron)
     try:
         croniter(text, now_ms // MINUTE_MS * MINUTE_MS // 1000)

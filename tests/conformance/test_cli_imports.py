@@ -84,6 +84,9 @@ def test_serve_runs_without_importing_the_conformance_suite(tmp_path: Path) -> N
     # nor the other commands' modules, except what serve imports itself (its duration flag)
     others = {module for name, module in COMMANDS.items() if name != "serve"}
     assert others & modules <= {"conformance.cli.tasks"}
+    # croniter (and dateutil) come with the first cron question: a file without a cron task
+    # never asks one (runners/edge/cron.py)
+    assert _loaded(modules, ("croniter", "dateutil")) == []
 
 
 @pytest.mark.parametrize("command", LOCAL_COMMANDS)
