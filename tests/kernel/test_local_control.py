@@ -58,6 +58,7 @@ from tests.support.recovery_fixtures import (
     latest,
     local_running,
     local_starting,
+    not_running_cmd,
     ok,
     receipt_for,
     relabel_legacy,
@@ -298,15 +299,7 @@ def test_cleanup_over_reached_attempts() -> None:
     assert done.status is AttemptStatus.SUCCEEDED
     assert receipt_cleanup_allowed(done.status, done.callback_sequence, 1)
     assert not receipt_cleanup_allowed(done.status, done.callback_sequence, 2)
-    lost = latest(
-        ok(
-            apply(
-                running,
-                RecoverLocalStartup(run_id="run-1", attempt_id="a1", evidence=NotRunningEvidence()),
-                T0 + 10,
-            )
-        )
-    )
+    lost = latest(ok(apply(running, not_running_cmd(running), T0 + 10)))
     assert lost.status is AttemptStatus.LOST
     assert receipt_cleanup_allowed(lost.status, lost.callback_sequence, 1)
 

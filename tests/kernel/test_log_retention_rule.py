@@ -21,8 +21,6 @@ from hypothesis import strategies as st
 from kernel import (
     AttemptStatus,
     CompletionOutcome,
-    NotRunningEvidence,
-    RecoverLocalStartup,
     RunAggregate,
     apply,
     log_cleanup_allowed,
@@ -40,6 +38,7 @@ from tests.support.recovery_fixtures import (
     latest,
     local_running,
     local_starting,
+    not_running_cmd,
     ok,
     receipt_for,
 )
@@ -147,15 +146,7 @@ def test_a_lost_attempt_is_settled_for_log_cleanup() -> None:
     """`lost` is terminal (trusted not-running evidence, §2.1): no process writes its log again;
     its end is the recovery's time."""
     running = local_running("run-1", "a1", T0)
-    lost = latest(
-        ok(
-            apply(
-                running,
-                RecoverLocalStartup(run_id="run-1", attempt_id="a1", evidence=NotRunningEvidence()),
-                T0 + 10,
-            )
-        )
-    )
+    lost = latest(ok(apply(running, not_running_cmd(running), T0 + 10)))
     assert lost.status is AttemptStatus.LOST
     assert lost.finished_at_ms == T0 + 10
     assert not log_cleanup_allowed(lost.status, lost.finished_at_ms, T0 + 9 + MINUTE, MINUTE)
