@@ -274,14 +274,29 @@ class ReplayProgress:
             self.console.file.flush()
 
 
-def write_junit(summary: Summary, runner: str, target: Path) -> None:
+@dataclass(frozen=True, slots=True)
+class ModeResult:
+    """The result of one check mode over the corpus (guard, kill, terminate): its summary line
+    and one line per finding; any finding fails the check."""
+
+    name: str
+    summary: str
+    failures: tuple[str, ...] = ()
+
+
+def write_junit(
+    summary: Summary, runner: str, target: Path, modes: Sequence[ModeResult] = ()
+) -> None:
     """One `testcase` per trace: a divergence is a `failure` with the report, a trace needing a
-    missing capability is `skipped` with the capability (never a pass)."""
+    missing capability is `skipped` with the capability (never a pass); then one `testcase` per
+    check mode that ran, a `failure` when it found anything, so the file's failure count is the
+    exit code's reason (issue 16 item 3)."""
+    failing_modes = sum(1 for mode in modes if mode.failures)
     suite = ET.Element(
         "testsuite",
         name=f"ql3-conformance[{runner}]",
-        tests=str(len(summary.outcomes)),
-        failures=str(summary.count("diverged")),
+        tests=str(len(summary.outcomes) + len(modes)),
+        failures=str(summary.count("diverged") + failing_modes),
         skipped=str(summary.count("not_applicable")),
         time=f"{summary.seconds:.3f}",
     )
@@ -305,6 +320,13 @@ def write_junit(summary: Summary, runner: str, target: Path) -> None:
                 "skipped",
                 message="not applicable: needs " + ", ".join(result.missing_capabilities),
             )
+    for mode in modes:
+        case = ET.SubElement(
+            suite, "testcase", classname=f"conformance.{runner}.modes", name=mode.name
+        )
+        if mode.failures:
+            failure = ET.SubElement(case, "failure", message=mode.summary)
+            failure.text = "\n".join(mode.failures)
     target.parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(suite).write(target, encoding="utf-8", xml_declaration=True)
 

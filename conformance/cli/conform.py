@@ -54,6 +54,7 @@ from conformance.journal.replay import (
 from conformance.journal.trace import JOURNAL_CORPUS
 from conformance.report import (
     MalformedTrace,
+    ModeResult,
     Outcome,
     ReplayProgress,
     RunnerFailed,
@@ -248,10 +249,35 @@ def _progress(
     return ReplayProgress(ctx.err_console)
 
 
+def _check_junit_target(target: Path | None) -> None:
+    """A `--junit` file that cannot be written is refused before anything runs (exit 2), not
+    after minutes of replay: its folder must be a writable directory (or creatable under one)
+    and the path itself not a directory."""
+    if target is None:
+        return
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if target.is_dir():
+        raise UsageError(f"--junit {target}: cannot write the report: it is a directory")
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"--junit {target}: cannot write the report: {folder} is not writable")
+
+
+def _verdict(summary: Summary, modes: Sequence[ModeResult]) -> str:
+    """The last line of a run: PASS, or FAIL and why, in the order the checks ran."""
+    reasons = []
+    if summary.diverged:
+        reasons.append(f"{len(summary.diverged)} traces diverged")
+    reasons.extend(f"{mode.name}: {len(mode.failures)} findings" for mode in modes if mode.failures)
+    return "verdict: PASS" if not reasons else f"verdict: FAIL ({'; '.join(reasons)})"
+
+
 def _conform_on(
     args: argparse.Namespace, ctx: Context, root: Path, paths: list[Path], dsn: str | None
 ) -> int:
     stream = ctx.out
+    _check_junit_target(args.junit)
     print(f"qlk conform: {len(paths)} traces from {root} against {args.runner}", file=stream)
     with _replay_errors(args.runner), _progress(args, ctx) as progress:
         summary = run_corpus(
@@ -265,29 +291,36 @@ def _conform_on(
             f"{len(not_applicable)} traces not applicable (runner lacks: {', '.join(needed)})",
             file=stream,
         )
-    if args.junit is not None:
-        _write_junit(summary, args.runner, args.junit, stream)
-    status: int = ExitCode.OK
     if summary.diverged:
         print(render_divergences(summary.diverged), file=stream)
-        status = ExitCode.CHECK_FAILED
+    modes: list[ModeResult] = []
     if not args.no_guards:
         with _replay_errors(args.runner):
-            status = max(status, _guard_mode(_factory(args.runner, dsn), root, ctx))
+            modes.extend(_guard_mode(_factory(args.runner, dsn), root, ctx))
     if args.runner == "edge" and not args.no_kill:
-        status = max(status, _kill_mode(root, ctx))
+        modes.append(_kill_mode(root, ctx))
     if args.runner == "cluster" and not args.no_kill and dsn is not None:
-        status = max(status, _cluster_kill_mode(root, dsn, ctx))
-    return status
+        modes.extend(_cluster_kill_mode(root, dsn, ctx))
+    if args.junit is not None:
+        _write_junit(summary, args.runner, args.junit, stream, modes)
+    print(_verdict(summary, modes), file=stream)
+    failed = bool(summary.diverged) or any(mode.failures for mode in modes)
+    return ExitCode.CHECK_FAILED if failed else ExitCode.OK
 
 
 def _print_summary(ctx: Context, summary: Summary, runner: str) -> None:
     ctx.console.print(summary_table(summary, runner, terminal=ctx.console.is_terminal))
 
 
-def _write_junit(summary: Summary, runner: str, target: Path, stream: TextIO) -> None:
+def _write_junit(
+    summary: Summary,
+    runner: str,
+    target: Path,
+    stream: TextIO,
+    modes: Sequence[ModeResult] = (),
+) -> None:
     try:
-        write_junit(summary, runner, target)
+        write_junit(summary, runner, target, modes)
     except OSError as exc:
         reason = f"{exc.strerror}: {exc.filename}" if exc.strerror and exc.filename else exc
         raise UsageError(f"--junit {target}: cannot write the report: {reason}") from None
@@ -297,6 +330,7 @@ def _write_junit(summary: Summary, runner: str, target: Path, stream: TextIO) ->
 def _conform_journal(args: argparse.Namespace, ctx: Context) -> int:
     """The journal corpus against one or both journal adapters (SPEC §7, component journal)."""
     stream = ctx.out
+    _check_junit_target(args.junit)
     if args.runner != "edge" or args.dsn is not None:
         raise UsageError("--runner and --dsn are for --component run; use --journal-adapter")
     if args.jobs != 1:
@@ -360,36 +394,36 @@ def _replay_journal(
             raise UsageError(f"{paths[done]}: cannot read the trace: {exc}") from None
 
 
-def _guard_mode(factory: AdapterFactory, root: Path, ctx: Context) -> int:
-    """Every guard of every write path, probed with a stale write (`conformance.run.guards`)."""
+def _guard_mode(factory: AdapterFactory, root: Path, ctx: Context) -> list[ModeResult]:
+    """Every guard of every write path, probed with a stale write (`conformance.run.guards`);
+    no result when the runner cannot be probed (it says so)."""
     stream = ctx.out
     report = probe_every_write(guarded(factory), root)
     if report.not_applicable:
         print(f"guard mode: not applicable (runner lacks: {GUARDS})", file=stream)
-        return ExitCode.OK
-    failures = report.failures
-    print(f"guard mode: {report.summary()}", file=stream)
-    _print_failures(failures, ctx)
-    return ExitCode.CHECK_FAILED if failures else ExitCode.OK
+        return []
+    line = f"guard mode: {report.summary()}"
+    print(line, file=stream)
+    _print_failures(report.failures, ctx)
+    return [ModeResult("guard mode", line, tuple(report.failures))]
 
 
-def _kill_mode(root: Path, ctx: Context) -> int:
+def _kill_mode(root: Path, ctx: Context) -> ModeResult:
     """The edge runner's kill mode over the same traces (RUN-06, RETRY-10)."""
     kill = importlib.import_module("conformance.run.kill_edge")
     results = kill.kill_every_write(root)
     kills = sum(r.kills for r in results)
     failures = [line for r in results for line in r.failures]
-    print(
+    line = (
         f"kill mode: {len(results)} write paths, {kills} SIGKILLs at every statement boundary, "
-        f"{len(failures)} left a state that was neither the before- nor the after-state",
-        file=ctx.out,
+        f"{len(failures)} left a state that was neither the before- nor the after-state"
     )
-    for line in failures[:10]:
-        print(f"  {line}", file=ctx.out)
-    return ExitCode.CHECK_FAILED if failures else ExitCode.OK
+    print(line, file=ctx.out)
+    _print_failures(failures, ctx)
+    return ModeResult("kill mode", line, tuple(failures))
 
 
-def _cluster_kill_mode(root: Path, dsn: str, ctx: Context) -> int:
+def _cluster_kill_mode(root: Path, dsn: str, ctx: Context) -> list[ModeResult]:
     """The cluster runner's kill mode and terminate mode over the same traces (RUN-06,
     RETRY-10): a client SIGKILLed, then the runner's backend terminated by the server, at every
     statement boundary of every write path."""
@@ -397,22 +431,25 @@ def _cluster_kill_mode(root: Path, dsn: str, ctx: Context) -> int:
     kill = importlib.import_module("conformance.run.kill_cluster")
     killed = kill.kill_every_write(root, dsn)
     torn = [line for r in killed for line in r.failures]
-    print(
+    kill_line = (
         f"kill mode: {len(killed)} write paths, {sum(r.kills for r in killed)} SIGKILLs at every "
-        f"statement boundary, {len(torn)} torn states",
-        file=stream,
+        f"statement boundary, {len(torn)} torn states"
     )
+    print(kill_line, file=stream)
     _print_failures(torn, ctx)
     terminated = kill.terminate_every_write(root, dsn)
     failed = [line for r in terminated for line in r.failures]
-    print(
+    terminate_line = (
         f"terminate mode: {len(terminated)} write paths, "
         f"{sum(r.terminations for r in terminated)} pg_terminate_backend at every statement "
-        f"boundary, {len(failed)} failures",
-        file=stream,
+        f"boundary, {len(failed)} failures"
     )
+    print(terminate_line, file=stream)
     _print_failures(failed, ctx)
-    return ExitCode.CHECK_FAILED if torn or failed else ExitCode.OK
+    return [
+        ModeResult("kill mode", kill_line, tuple(torn)),
+        ModeResult("terminate mode", terminate_line, tuple(failed)),
+    ]
 
 
 def _print_failures(lines: list[str], ctx: Context) -> None:

@@ -23,6 +23,7 @@ from conformance.cli import conform as conform_command
 from conformance.journal.trace import JOURNAL_CORPUS
 from conformance.run import factories
 from conformance.run.corpus import RUN_CORPUS, read_text, read_trace
+from conformance.run.guards import GuardReport, GuardWrite
 from conformance.run.trace import canonical, projection_digest
 
 # The reference adapter without the cluster recovery source, importable by a child process.
@@ -81,8 +82,31 @@ def test_conform_passes_prints_the_summary_and_writes_junit(
     assert row(out.out, "diverged") == "0"
     assert row(out.out, "properties covered") == "3 of 3 named"
     assert "100% 3/3 traces" in out.err  # progress on a pipe: one line per 10 %
+    assert out.out.splitlines()[-1] == "verdict: PASS"
     suite = ET.parse(junit).getroot()
-    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("3", "0", "0")
+    # the three traces, then guard mode (the reference store can be probed)
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("4", "0", "0")
+    assert [c.get("name") for c in suite.findall("testcase")][-1] == "guard mode"
+
+
+def test_a_guard_finding_fails_the_junit_file_as_it_fails_the_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16 item 3: guard (and kill) results are in the JUnit file, so its failure count
+    matches the exit code, and the last line says why the run failed."""
+    accepted = GuardWrite("t", 1, "grant_lease", "applied", 3, accepted=("stale accepted",))
+    monkeypatch.setattr(conform_command, "probe_every_write", lambda *_: GuardReport((accepted,)))
+    junit = tmp_path / "report.xml"
+    argv = ["conform", "--runner", "reference", "--traces", str(corpus(tmp_path)), "-q"]
+    assert main([*argv, "--junit", str(junit)]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "verdict: FAIL (guard mode: 1 findings)"
+    suite = ET.parse(junit).getroot()
+    assert (suite.get("tests"), suite.get("failures")) == ("4", "1")
+    failure = suite.find("testcase[@name='guard mode']/failure")
+    assert failure is not None
+    assert "1 accepted by the runner" in (failure.get("message") or "")
+    assert failure.text == "stale accepted"
 
 
 def test_a_divergence_exits_1_with_the_step_and_the_diff(
@@ -277,6 +301,11 @@ def test_an_unwritable_junit_target_exits_2_naming_the_flag(
     argv = ["conform", "--runner", "reference", "--traces", str(corpus(tmp_path)), "-q"]
     assert main([*argv, "--junit", str(junit), "--no-guards"]) == 2
     assert one_error_line(capsys).startswith(f"qlk: --junit {junit}: cannot write the report")
+    # refused before the run: nothing was replayed (issue 16 item 3)
+    assert main([*argv, "--junit", str(junit)]) == 2
+    assert capsys.readouterr().out == ""
+    assert main([*argv, "--junit", str(tmp_path)]) == 2  # a directory
+    assert "it is a directory" in capsys.readouterr().err
 
 
 def raising_module(monkeypatch: pytest.MonkeyPatch) -> str:
