@@ -286,9 +286,23 @@ def check_transition(agg: RunAggregate | None, command: Command, at: int, outcom
         checks += 1
     elif isinstance(command, ConvergeCancel):
         want = oracle.expected_converge(agg, command.run_id, at)
-        spec = "E-1" if agg is not None and oracle.authority_revoked(agg) else "§1.9"
+        revoked = agg is not None and oracle.authority_revoked(agg)
+        spec = "E-1" if revoked else "§1.9"
         require((kind, code) == want, spec, f"convergence {kind} {code}, want {want}")
         checks += 1
+        if revoked and isinstance(outcome, Applied):
+            # E-1: the same transaction ends the revoked Attempt with the Run's final status.
+            assert agg is not None
+            final = oracle.cancel_final_status(agg.run.cancel_reason)
+            ended = outcome.aggregate.attempts[-1]
+            require(
+                outcome.aggregate.run.status is final
+                and ended.status.value == final.value
+                and ended.finished_at_ms == at,
+                "E-1",
+                f"E-1 convergence left the attempt {ended.status}",
+            )
+            checks += 1
     return checks
 
 

@@ -221,6 +221,7 @@ class LazyRecorder(Recorder):
     ) -> StepResult:
         # Encoded first: a Secret that the TokenNames did not make fails before the step.
         encoded = None if command is None else encode_trace_command(command, self.names)
+        self._note_fault(fault)  # M-3, as the base class does
         result = self.adapter.apply(command, observed_at_ms, fault)
         self.state = self._snapshot()
         self._log.append((encoded, observed_at_ms, fault, result, self.state, None))
@@ -230,6 +231,7 @@ class LazyRecorder(Recorder):
         self, request: PageRequest, observed_at_ms: int, fault: Fault | None = None
     ) -> StepResult:
         """A page step (a source query), kept like a command step."""
+        self._note_fault(fault)
         result = self.adapter.page(request, observed_at_ms, fault)
         self.state = self._snapshot()
         self.capabilities.add(request.capability)

@@ -429,14 +429,8 @@ class ModelMachine(RuleBasedStateMachine):
         capability names of `conformance.run.adapter.ReferenceAdapter`). Every runner persists
         every kernel command, recovery commands included (the kernel decides, the store keeps
         rows); capabilities name what only some runners have: fault injection and the sources
-        and page semantics of page steps (decision M-3)."""
-        trace = self.h.trace()
-        needs: set[str] = set(trace.header.capabilities)
-        for step in trace.steps:
-            if step.fault is not None:
-                needs.add("faults")
-        header = dataclasses.replace(trace.header, capabilities=tuple(sorted(needs)))
-        return Trace(header, trace.steps)
+        and page semantics of page steps (decision M-3; the recorder adds them)."""
+        return self.h.trace()
 
     # -- invariants (run by Hypothesis after every step; `check_all` for the driver) --
     @invariant()
