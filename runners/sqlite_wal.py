@@ -14,13 +14,16 @@ import sqlite3
 import time
 from typing import Final
 
+__all__ = ["enter_wal", "is_busy"]
+
 _SQLITE_BUSY: Final = 5
 _SQLITE_LOCKED: Final = 6
 _FIRST_PAUSE_S: Final = 0.002
 _LONGEST_PAUSE_S: Final = 0.05
 
 
-def _busy(exc: sqlite3.Error) -> bool:
+def is_busy(exc: sqlite3.Error) -> bool:
+    """SQLite answered BUSY or LOCKED (the primary code, the low byte of an extended one)."""
     code = getattr(exc, "sqlite_errorcode", None)
     return isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
 
@@ -35,7 +38,7 @@ def enter_wal(conn: sqlite3.Connection, statement: str, timeout_s: float) -> str
             (mode,) = conn.execute(statement).fetchone()
             return str(mode)
         except sqlite3.Error as exc:
-            if not _busy(exc) or time.monotonic() + pause > deadline:
+            if not is_busy(exc) or time.monotonic() + pause > deadline:
                 raise
         time.sleep(pause)
         pause = min(pause * 2, _LONGEST_PAUSE_S)

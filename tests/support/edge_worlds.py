@@ -5,16 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from kernel import (
-    AppendEvent,
-    Event,
-    InsertAttempt,
-    InsertLease,
-    InsertPolicy,
-    InsertRun,
-    RunAggregate,
-)
+from kernel import Event, RunAggregate
 from runners.edge.store import EdgeStore, EdgeTransaction
+from tests.support.source_worlds import world_effects
 
 
 def persist_world(
@@ -30,13 +23,5 @@ def persist_world(
         conn.execute("DELETE FROM attempts")
         conn.execute("DELETE FROM runs")
         tx = EdgeTransaction(conn)
-        for agg in aggregates:
-            tx.execute(InsertRun(agg.run))
-            for attempt in agg.attempts:
-                tx.execute(InsertAttempt(attempt))
-            if agg.policy is not None:
-                tx.execute(InsertPolicy(agg.policy))
-            for lease in agg.leases:
-                tx.execute(InsertLease(lease))
-            for event in (events or {}).get(agg.run.run_id, ()):
-                tx.execute(AppendEvent(event))
+        for effect in world_effects(aggregates, events):
+            tx.execute(effect)

@@ -10,11 +10,25 @@ fits the Run status, I-2), so pages fill up and `has_more` is exercised.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
 
-from kernel import Attempt, Event, Lease, Run, RunAggregate, RunRetryPolicy
+from kernel import (
+    AppendEvent,
+    Attempt,
+    Effect,
+    Event,
+    InsertAttempt,
+    InsertLease,
+    InsertPolicy,
+    InsertRun,
+    Lease,
+    Run,
+    RunAggregate,
+    RunRetryPolicy,
+)
 from kernel.entities import PayloadValue
 from kernel.specs.states import (
     Actor,
@@ -261,3 +275,17 @@ def world(draw: st.DrawFn) -> tuple[list[RunAggregate], dict[str, list[Event]]]:
     """2 to 16 Runs with distinct ids (a list of Runs shrinks by dropping Runs)."""
     runs = draw(st.lists(one_run(), min_size=2, max_size=16, unique_by=lambda r: r[0].run.run_id))
     return [agg for agg, _ in runs], {agg.run.run_id: events for agg, events in runs}
+
+
+def world_effects(
+    aggregates: Sequence[RunAggregate], events: Mapping[str, Sequence[Event]] | None = None
+) -> Iterator[Effect]:
+    """The insert effects that write `aggregates` (and their `events`, by Run id) through a
+    runner's own statements: each Run, its Attempts, policy, leases, then its Events."""
+    for agg in aggregates:
+        yield InsertRun(agg.run)
+        yield from (InsertAttempt(attempt) for attempt in agg.attempts)
+        if agg.policy is not None:
+            yield InsertPolicy(agg.policy)
+        yield from (InsertLease(lease) for lease in agg.leases)
+        yield from (AppendEvent(event) for event in (events or {}).get(agg.run.run_id, ()))

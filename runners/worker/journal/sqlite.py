@@ -69,7 +69,7 @@ from typing import Final
 from kernel.specs import HARD_LIMITS, Code, IntRange, check_in_range
 from kernel.worker import JournalCorrupt, JournalRecord, decode_record
 from runners.named_sql import load
-from runners.sqlite_wal import enter_wal
+from runners.sqlite_wal import enter_wal, is_busy
 from runners.worker.journal.common import (
     CAPACITY_RANGE,
     DEFAULT_CAPACITY,
@@ -111,8 +111,6 @@ STEPS: Final = ("begun", "checked", "written", "committed")
 FaultHook = Callable[[str, sqlite3.Connection], None]
 
 # SQLite primary result codes (the low byte of an extended code) and what they mean here.
-_SQLITE_BUSY: Final = 5
-_SQLITE_LOCKED: Final = 6
 _SQLITE_CORRUPT: Final = 11
 _SQLITE_CONSTRAINT: Final = 19
 _SQLITE_NOTADB: Final = 26
@@ -135,7 +133,7 @@ def _storage_error(exc: sqlite3.Error) -> JournalError:
     primary = code_number & 0xFF if isinstance(code_number, int) else None
     if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
         return JournalError(Code.JOURNAL_CORRUPT, reason)
-    if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
+    if is_busy(exc):
         return JournalError(Code.JOURNAL_LOCKED, reason)
     # Disk full, I/O errors, a read-only or unopenable file, and anything unexpected: the store
     # cannot be written or read as it must be (J-7: storage failures are JOURNAL_PERMISSIONS).

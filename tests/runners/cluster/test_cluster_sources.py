@@ -21,17 +21,12 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from kernel import (
-    AppendEvent,
     Event,
-    InsertAttempt,
-    InsertLease,
-    InsertPolicy,
-    InsertRun,
     RunAggregate,
     selection,
 )
 from runners.cluster.store import ClusterStore
-from tests.support.source_worlds import world
+from tests.support.source_worlds import world, world_effects
 
 
 @pytest.fixture(scope="module")
@@ -54,16 +49,8 @@ def persist(
     with store.transaction() as tx:
         for table in ("events", "run_dispatch_leases", "run_retry_policies", "attempts", "runs"):
             tx.connection.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(table)))
-        for agg in aggregates:
-            tx.execute(InsertRun(agg.run))
-            for attempt in agg.attempts:
-                tx.execute(InsertAttempt(attempt))
-            if agg.policy is not None:
-                tx.execute(InsertPolicy(agg.policy))
-            for lease in agg.leases:
-                tx.execute(InsertLease(lease))
-            for event in events.get(agg.run.run_id, ()):
-                tx.execute(AppendEvent(event))
+        for effect in world_effects(aggregates, events):
+            tx.execute(effect)
 
 
 @pytest.mark.slow  # a PostgreSQL round trip per example, about 5 s
