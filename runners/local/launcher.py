@@ -121,6 +121,21 @@ class _Tracked:
     ended: bool = field(default=False)
 
 
+def _stems_page(directory: Path, suffix: str, limit: int, after: str | None) -> list[str]:
+    """At most `limit` names of the non-hidden, non-directory `*<suffix>` entries of
+    `directory`, without the suffix, in name order after `after` (one scan of the directory)."""
+    names = sorted(
+        stem
+        for entry in os.scandir(directory)
+        if entry.name.endswith(suffix)
+        and not entry.name.startswith(".")
+        and not entry.is_dir(follow_symlinks=False)
+        for stem in (entry.name[: -len(suffix)],)
+        if stem and (after is None or stem > after)
+    )
+    return names[:limit]
+
+
 class LocalLauncher:
     """Start, watch, stop and inspect local Attempts (module docstring)."""
 
@@ -286,30 +301,14 @@ class LocalLauncher:
     def receipt_ids(self, limit: int, after: str | None = None) -> list[str]:
         """At most `limit` Attempt ids that have a receipt, in name order after `after` (a
         bounded page; the directory listing itself is one scan)."""
-        names = sorted(
-            name
-            for entry in os.scandir(self.layout.receipts)
-            if entry.name.endswith(".json") and not entry.name.startswith(".")
-            for name in (entry.name[: -len(".json")],)
-            if after is None or name > after
-        )
-        return names[:limit]
+        return _stems_page(self.layout.receipts, ".json", limit, after)
 
     # -- logs -------------------------------------------------------------------------------------
     def log_ids(self, limit: int, after: str | None = None) -> list[str]:
         """At most `limit` Attempt ids that have a log (`<attempt>.log`, not a directory), in name
         order after `after` (a bounded page for slow-cycle cleanup, O-2 step 4; the directory
         listing itself is one scan)."""
-        names = sorted(
-            name
-            for entry in os.scandir(self.layout.logs)
-            if entry.name.endswith(LOG_SUFFIX)
-            and not entry.name.startswith(".")
-            and not entry.is_dir(follow_symlinks=False)
-            for name in (entry.name[: -len(LOG_SUFFIX)],)
-            if name and (after is None or name > after)
-        )
-        return names[:limit]
+        return _stems_page(self.layout.logs, LOG_SUFFIX, limit, after)
 
     def delete_log(self, attempt_id: str) -> None:
         """Delete the Attempt's log; a missing log is success (idempotent). Only the kernel's
