@@ -264,13 +264,32 @@ def _check_junit_target(target: Path | None) -> None:
         raise UsageError(f"--junit {target}: cannot write the report: {folder} is not writable")
 
 
+def _not_applicable(summary: Summary, who: str) -> str | None:
+    """How many traces were not applicable and, per capability, how many lacked it (never
+    counted as passed); `None` when every trace applied."""
+    lacking: dict[str, int] = {}
+    count = 0
+    for outcome in summary.outcomes:
+        if outcome.result.status == "not_applicable":
+            count += 1
+            for capability in outcome.result.missing_capabilities:
+                lacking[capability] = lacking.get(capability, 0) + 1
+    if not count:
+        return None
+    needed = ", ".join(f"{name} ({n})" for name, n in sorted(lacking.items()))
+    return f"{count} traces not applicable ({who} lacks: {needed})"
+
+
 def _verdict(summary: Summary, modes: Sequence[ModeResult]) -> str:
-    """The last line of a run: PASS, or FAIL and why, in the order the checks ran."""
+    """The last line of a run: PASS, or FAIL and why, in the order the checks ran; traces that
+    did not apply are named by the capability they needed, on a PASS as on a FAIL."""
     reasons = []
     if summary.diverged:
         reasons.append(f"{len(summary.diverged)} traces diverged")
     reasons.extend(f"{mode.name}: {len(mode.failures)} findings" for mode in modes if mode.failures)
-    return "verdict: PASS" if not reasons else f"verdict: FAIL ({'; '.join(reasons)})"
+    verdict = "verdict: PASS" if not reasons else f"verdict: FAIL ({'; '.join(reasons)})"
+    skipped = _not_applicable(summary, "runner")
+    return verdict if skipped is None else f"{verdict}; {skipped}"
 
 
 def _conform_on(
@@ -284,13 +303,9 @@ def _conform_on(
             paths, args.runner, root=root, dsn=dsn, jobs=args.jobs, progress=progress
         )
     _print_summary(ctx, summary, args.runner)
-    not_applicable = [o for o in summary.outcomes if o.result.status == "not_applicable"]
-    if not_applicable:
-        needed = sorted({c for o in not_applicable for c in o.result.missing_capabilities})
-        print(
-            f"{len(not_applicable)} traces not applicable (runner lacks: {', '.join(needed)})",
-            file=stream,
-        )
+    skipped = _not_applicable(summary, "runner")
+    if skipped is not None:
+        print(skipped, file=stream)
     if summary.diverged:
         print(render_divergences(summary.diverged), file=stream)
     modes: list[ModeResult] = []
@@ -354,13 +369,9 @@ def _conform_journal(args: argparse.Namespace, ctx: Context) -> int:
         faults = fault_counts(summary)
         kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(faults.items()))
         print(f"faults injected by kind: {kinds or 'none'}", file=stream)
-        not_applicable = [o for o in summary.outcomes if o.result.status == "not_applicable"]
-        if not_applicable:
-            needed = sorted({c for o in not_applicable for c in o.result.missing_capabilities})
-            print(
-                f"{len(not_applicable)} traces not applicable (adapter lacks: {', '.join(needed)})",
-                file=stream,
-            )
+        skipped = _not_applicable(summary, "adapter")
+        if skipped is not None:
+            print(skipped, file=stream)
         if args.junit is not None:
             target = args.junit
             if len(adapters) > 1:

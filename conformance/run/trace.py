@@ -317,6 +317,13 @@ def _step(obj: dict[str, Any], line: int) -> Step:
             args=_take(raw_command, "args", dict, line),
             provider_policy=policy,
         )
+        # A command the kernel's codec cannot decode is the trace's fault, not the runner's:
+        # refused here, with its line, before any adapter sees it (a strict-decoding refusal
+        # such as A-1's is a `Rejected` value and stays a step the trace expects).
+        try:
+            decode_trace_command(command)
+        except CommandError as exc:
+            raise TraceFormatError(line, _command_field(exc.field), exc.reason) from None
     expect_obj = _take(obj, "expect", dict, line)
     kind = _take(expect_obj, "kind", str, line)
     if kind not in EXPECT_KINDS:
@@ -369,6 +376,15 @@ def _step(obj: dict[str, Any], line: int) -> Step:
         fault=fault,
         page=page,
     )
+
+
+def _command_field(field: str) -> str:
+    """Where in the step a codec error lies: the name, the provider policy or an argument."""
+    if field == "command":
+        return "command.name"
+    if field.startswith("provider_policy"):
+        return f"command.{field}"
+    return f"command.args.{field}"
 
 
 def _limit(obj: Mapping[str, Any], field: str, line: int) -> int:

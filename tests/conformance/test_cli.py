@@ -15,6 +15,7 @@ import types
 import xml.etree.ElementTree as ET
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -137,7 +138,11 @@ def test_a_missing_capability_is_reported_not_applicable_never_passed(
     out = capsys.readouterr().out
     assert status == 0
     assert row(out, "not applicable") == "1"
-    assert "runner lacks: cluster_recovery" in out
+    assert "runner lacks: cluster_recovery (1)" in out
+    # the verdict names what the skipped trace needed, so a PASS never hides it (issue 16 item 3)
+    assert out.splitlines()[-1] == (
+        "verdict: PASS; 1 traces not applicable (runner lacks: cluster_recovery (1))"
+    )
     assert row(out, "properties covered") == "2 of 3 named"
     skipped = ET.parse(junit).getroot().findall("testcase/skipped")
     assert [s.get("message") for s in skipped] == ["not applicable: needs cluster_recovery"]
@@ -254,6 +259,41 @@ def test_a_malformed_trace_exits_2_naming_the_file(
     assert main(argv) == 2
     line = one_error_line(capsys)
     assert line == f"qlk: {bad}: malformed trace: line 1: bad: unknown header member"
+
+
+BAD_COMMANDS = [
+    ({"name": "admit_runn"}, "command.name: unknown command name"),
+    ({"args": {"run_id": 17}}, "command.args.run_id: must be a string"),
+]
+
+
+@pytest.mark.parametrize(("edit", "message"), BAD_COMMANDS)
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_bad_command_in_a_trace_is_a_trace_error_not_a_divergence(
+    jobs: str,
+    edit: dict[str, Any],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A command the codec cannot decode is the trace's fault: exit 2 naming the file, the line
+    and the field, before the runner is blamed with a divergence (E-7, issue 16 item 3)."""
+    root = corpus(tmp_path)
+    target = root / SOME[0]
+    lines = read_text(target).splitlines()
+    number = next(i for i, line in enumerate(lines) if json.loads(line).get("command"))
+    step = json.loads(lines[number])
+    step["command"] = {
+        **step["command"],
+        "name": edit.get("name", step["command"]["name"]),
+        "args": {**step["command"]["args"], **edit.get("args", {})},
+    }
+    lines[number] = canonical(step)
+    target.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    argv = ["conform", "--runner", "edge", "--traces", str(root), "-q", "--jobs", jobs]
+    assert main(argv) == 2
+    line = one_error_line(capsys)
+    assert line == f"qlk: {target}: malformed trace: line {number + 1}: {message}"
 
 
 def test_a_corrupt_gzip_trace_exits_2_naming_the_file(
