@@ -277,11 +277,13 @@ class ReplayProgress:
 @dataclass(frozen=True, slots=True)
 class ModeResult:
     """The result of one check mode over the corpus (guard, kill, terminate): its summary line
-    and one line per finding; any finding fails the check."""
+    and one line per finding; any finding fails the check. A mode that could not run for this
+    runner says why in `skipped` (reported, never counted as passed)."""
 
     name: str
     summary: str
     failures: tuple[str, ...] = ()
+    skipped: str | None = None
 
 
 def write_junit(
@@ -297,7 +299,7 @@ def write_junit(
         name=f"ql3-conformance[{runner}]",
         tests=str(len(summary.outcomes) + len(modes)),
         failures=str(summary.count("diverged") + failing_modes),
-        skipped=str(summary.count("not_applicable")),
+        skipped=str(summary.count("not_applicable") + sum(1 for m in modes if m.skipped)),
         time=f"{summary.seconds:.3f}",
     )
     for outcome in summary.outcomes:
@@ -327,6 +329,8 @@ def write_junit(
         if mode.failures:
             failure = ET.SubElement(case, "failure", message=mode.summary)
             failure.text = "\n".join(mode.failures)
+        elif mode.skipped is not None:
+            ET.SubElement(case, "skipped", message=mode.skipped)
     target.parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(suite).write(target, encoding="utf-8", xml_declaration=True)
 

@@ -288,8 +288,11 @@ def _verdict(summary: Summary, modes: Sequence[ModeResult]) -> str:
         reasons.append(f"{len(summary.diverged)} traces diverged")
     reasons.extend(f"{mode.name}: {len(mode.failures)} findings" for mode in modes if mode.failures)
     verdict = "verdict: PASS" if not reasons else f"verdict: FAIL ({'; '.join(reasons)})"
+    notes = [f"{mode.name} did not run" for mode in modes if mode.skipped is not None]
     skipped = _not_applicable(summary, "runner")
-    return verdict if skipped is None else f"{verdict}; {skipped}"
+    if skipped is not None:
+        notes.append(skipped)
+    return "; ".join([verdict, *notes])
 
 
 def _conform_on(
@@ -316,6 +319,8 @@ def _conform_on(
         modes.append(_kill_mode(root, ctx))
     if args.runner == "cluster" and not args.no_kill and dsn is not None:
         modes.extend(_cluster_kill_mode(root, dsn, ctx))
+    if args.runner not in {"edge", "cluster"} and not args.no_kill:
+        modes.append(_kill_mode_not_run(args.runner, ctx))
     if args.junit is not None:
         _write_junit(summary, args.runner, args.junit, stream, modes)
     print(_verdict(summary, modes), file=stream)
@@ -417,6 +422,21 @@ def _guard_mode(factory: AdapterFactory, root: Path, ctx: Context) -> list[ModeR
     print(line, file=stream)
     _print_failures(report.failures, ctx)
     return [ModeResult("guard mode", line, tuple(report.failures))]
+
+
+def _kill_mode_not_run(runner: str, ctx: Context) -> ModeResult:
+    """Kill mode SIGKILLs a child process at the statement boundaries of the built-in runners'
+    own drivers; for any other runner it does not run, and the report says so (issue 16 item 4)
+    instead of passing over it in silence."""
+    if runner == "reference":
+        reason = "did not run: the reference store lives in memory, no state survives a SIGKILL"
+    else:
+        reason = (
+            f"did not run: {runner} is not a built-in runner; kill mode drives the edge and "
+            "cluster runners' statements in a child process (docs/adapter-guide.md, kill mode)"
+        )
+    print(f"kill mode: {reason}", file=ctx.out)
+    return ModeResult("kill mode", f"kill mode: {reason}", skipped=reason)
 
 
 def _kill_mode(root: Path, ctx: Context) -> ModeResult:

@@ -83,11 +83,17 @@ def test_conform_passes_prints_the_summary_and_writes_junit(
     assert row(out.out, "diverged") == "0"
     assert row(out.out, "properties covered") == "3 of 3 named"
     assert "100% 3/3 traces" in out.err  # progress on a pipe: one line per 10 %
-    assert out.out.splitlines()[-1] == "verdict: PASS"
+    # kill mode cannot run on an in-memory store, and a PASS says so (issue 16 item 4)
+    assert out.out.splitlines()[-1] == "verdict: PASS; kill mode did not run"
+    assert "kill mode: did not run: the reference store lives in memory" in out.out
     suite = ET.parse(junit).getroot()
-    # the three traces, then guard mode (the reference store can be probed)
-    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("4", "0", "0")
-    assert [c.get("name") for c in suite.findall("testcase")][-1] == "guard mode"
+    # the three traces, then guard mode (the reference store can be probed), then kill mode
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("5", "0", "1")
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases][-2:] == ["guard mode", "kill mode"]
+    skipped = cases[-1].find("skipped")
+    assert skipped is not None
+    assert (skipped.get("message") or "").startswith("did not run: the reference store")
 
 
 def test_a_guard_finding_fails_the_junit_file_as_it_fails_the_exit_code(
@@ -99,7 +105,7 @@ def test_a_guard_finding_fails_the_junit_file_as_it_fails_the_exit_code(
     monkeypatch.setattr(conform_command, "probe_every_write", lambda *_: GuardReport((accepted,)))
     junit = tmp_path / "report.xml"
     argv = ["conform", "--runner", "reference", "--traces", str(corpus(tmp_path)), "-q"]
-    assert main([*argv, "--junit", str(junit)]) == 1
+    assert main([*argv, "--junit", str(junit), "--no-kill"]) == 1
     out = capsys.readouterr().out
     assert out.splitlines()[-1] == "verdict: FAIL (guard mode: 1 findings)"
     suite = ET.parse(junit).getroot()
@@ -141,11 +147,16 @@ def test_a_missing_capability_is_reported_not_applicable_never_passed(
     assert "runner lacks: cluster_recovery (1)" in out
     # the verdict names what the skipped trace needed, so a PASS never hides it (issue 16 item 3)
     assert out.splitlines()[-1] == (
-        "verdict: PASS; 1 traces not applicable (runner lacks: cluster_recovery (1))"
+        "verdict: PASS; kill mode did not run; "
+        "1 traces not applicable (runner lacks: cluster_recovery (1))"
     )
+    assert f"kill mode: did not run: {spec} is not a built-in runner" in out
     assert row(out, "properties covered") == "2 of 3 named"
     skipped = ET.parse(junit).getroot().findall("testcase/skipped")
-    assert [s.get("message") for s in skipped] == ["not applicable: needs cluster_recovery"]
+    messages = [s.get("message") or "" for s in skipped]
+    assert messages[0] == "not applicable: needs cluster_recovery"
+    assert messages[1].startswith("did not run: ")  # kill mode
+    assert len(messages) == 2
 
 
 @pytest.mark.parametrize(
