@@ -4,12 +4,15 @@ An adapter author runs
 
     pytest --ql3-runner=mypkg.adapter:make_adapter [--ql3-traces DIR] [--ql3-dsn DSN]
 
-and gets one test per trace: a divergence fails with the step, the command, both outcomes and
-the field-level diff; a trace needing a capability the runner does not declare is skipped with
-the capability named (reported, never passed). One more test, `ql3[RUNNER]::guard-mode`, probes
-every guard of every write path with a stale write (`conformance.run.guards`); it is skipped as not
-applicable when the adapter does not expose its storage port (capability `guards`). Without
-`--ql3-runner` the plugin adds nothing.
+and gets one test per trace, `ql3.RUNNER::TRACE` (the JUnit classname is `ql3.` and the runner
+with `:` as `.`, e.g. `ql3.mypkg.adapter.make_adapter`; the name is the trace's path): a
+divergence fails with the step, the command, both outcomes and the field-level diff; a trace
+needing a capability the runner does not declare is skipped with the capability named (reported,
+never passed); a malformed trace fails with its file and line; anything the runner raises past
+the replayer is one block (the exception and where it was raised), never pages of pytest's own
+frames. One more test, `ql3.RUNNER::guard-mode`, probes every guard of every write path with a
+stale write (`conformance.run.guards`); it is skipped as not applicable when the adapter does not
+expose its storage port (capability `guards`). Without `--ql3-runner` the plugin adds nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from conformance.run.corpus import RUN_CORPUS, read_trace, trace_paths
 from conformance.run.factories import AdapterFactory, FactoryError, resolve
 from conformance.run.guards import GUARDS, probe_every_write
 from conformance.run.replay import replay
+from conformance.run.trace import TraceFormatError
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,7 +46,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-class TraceItem(pytest.Item):
+class TraceDivergedError(AssertionError):
+    """The runner's outcome or state differed from the trace's expectation."""
+
+
+class _CorpusItem(pytest.Item):
+    """A conformance test: its failure is one readable block, never pytest's own frames."""
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, TraceDivergedError):
+            return str(excinfo.value)
+        where = excinfo.traceback[-1]
+        return (
+            f"{type(excinfo.value).__name__}: {excinfo.value}\n"
+            f"  raised at {where.path}:{where.lineno + 1}"
+        )
+
+
+class TraceItem(_CorpusItem):
     """One trace replayed against the runner under test."""
 
     def __init__(self, *, path_in_corpus: Path, factory: AdapterFactory, **kwargs: Any) -> None:
@@ -51,27 +72,22 @@ class TraceItem(pytest.Item):
         self.factory = factory
 
     def runtest(self) -> None:
-        result = replay(read_trace(self.trace_path), self.factory)
+        try:
+            trace = read_trace(self.trace_path)
+        except TraceFormatError as exc:
+            raise TraceDivergedError(f"{self.trace_path}: malformed trace: {exc}") from None
+        result = replay(trace, self.factory)
         if result.missing_capabilities:
             pytest.skip("not applicable: needs " + ", ".join(result.missing_capabilities))
         if result.divergence is not None:
             raise TraceDivergedError(result.divergence.render())
         assert result.status == "passed"
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
-        if isinstance(excinfo.value, TraceDivergedError):
-            return str(excinfo.value)
-        return str(super().repr_failure(excinfo))
-
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.trace_path, 0, f"trace {self.name}"
 
 
-class TraceDivergedError(AssertionError):
-    """The runner's outcome or state differed from the trace's expectation."""
-
-
-class GuardItem(pytest.Item):
+class GuardItem(_CorpusItem):
     """Guard mode over the corpus: every stale write must be refused by the runner."""
 
     def __init__(self, *, root: Path, factory: AdapterFactory, **kwargs: Any) -> None:
@@ -89,11 +105,6 @@ class GuardItem(pytest.Item):
                 f"{len(report.failures)} of {report.probes} stale writes accepted:\n{lines}"
             )
         assert report.probes > 0
-
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
-        if isinstance(excinfo.value, TraceDivergedError):
-            return str(excinfo.value)
-        return str(super().repr_failure(excinfo))
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.root, 0, "guard mode"
@@ -115,15 +126,23 @@ def pytest_collection_modifyitems(
     paths = trace_paths(root)
     if not paths:
         raise pytest.UsageError(f"--ql3-traces {root}: no *.jsonl or *.jsonl.gz trace files")
+    # `ql3.<runner>::<trace>`: pytest's JUnit writer makes the part before `::` the classname
+    # (a `[` would be read as parameters and leave it empty), so a runner's dots and colon
+    # become a dotted classname, `ql3.mypkg.adapter.make_adapter`.
+    label = "ql3." + spec.replace(":", ".")
     for path in paths:
+        name = str(path.relative_to(root))
         items.append(
             TraceItem.from_parent(
                 session,
-                name=f"ql3[{spec}]::{path.relative_to(root)}",
+                name=name,
+                nodeid=f"{label}::{name}",
                 path_in_corpus=path,
                 factory=factory,
             )
         )
     items.append(
-        GuardItem.from_parent(session, name=f"ql3[{spec}]::guard-mode", root=root, factory=factory)
+        GuardItem.from_parent(
+            session, name="guard-mode", nodeid=f"{label}::guard-mode", root=root, factory=factory
+        )
     )

@@ -4,13 +4,16 @@ is skipped with the capability named, never passed."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from conformance.run.corpus import RUN_CORPUS
+from conformance.run.corpus import RUN_CORPUS, read_text
+from conformance.run.trace import canonical, projection_digest
 
 ROOT = Path(__file__).resolve().parents[3]
 TRACES = (
@@ -52,6 +55,60 @@ def test_pytest_ql3_runner_edge_gives_one_test_per_trace(tmp_path: Path) -> None
     out = run.stdout
     assert run.returncode == 0, out + run.stderr
     assert "4 passed, 1 skipped" in out
-    assert "ql3[edge]::guard-mode PASSED" in out
-    assert "ql3[edge]::LEASE-09-old-worker-fenced-after-lost-release.jsonl PASSED" in out
+    assert "ql3.edge::guard-mode PASSED" in out
+    assert "ql3.edge::LEASE-09-old-worker-fenced-after-lost-release.jsonl PASSED" in out
     assert "not applicable: needs cluster_recovery" in out
+
+
+def test_a_failing_trace_is_one_readable_block_with_a_sensible_junit_classname(
+    tmp_path: Path,
+) -> None:
+    """Issue 16 item 4: a divergence is the replayer's report, a malformed trace one line naming
+    its file and line, no frames of pytest's own; the JUnit classname is `ql3.<runner>`."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    name = TRACES[0]
+    lines = read_text(RUN_CORPUS / name).splitlines()
+    step = json.loads(lines[3])
+    step["expect"]["projection"]["runs"][0]["status"] = "succeeded"
+    step["expect"]["digest"] = projection_digest(step["expect"]["projection"])
+    lines[3] = canonical(step)
+    (traces / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (traces / "zz-bad.jsonl").write_text('{"bad": 1}\n', encoding="utf-8")
+    junit = tmp_path / "report.xml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            "--ql3-runner=edge",
+            "--ql3-traces",
+            str(traces),
+            f"--junitxml={junit}",
+            "-k",
+            "not guard",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env=env | {"PYTHONPATH": str(ROOT)},
+    )
+    out = run.stdout
+    assert run.returncode == 1, out + run.stderr
+    assert "2 failed" in out
+    assert f"{name.removesuffix('.jsonl')}: step 3 " in out
+    assert "zz-bad.jsonl: malformed trace: line 1: bad: unknown header member" in out
+    assert "_pytest" not in out  # no frames of pytest's own
+    assert "Traceback" not in out
+    cases = ET.parse(junit).getroot().iter("testcase")
+    assert {(c.get("classname"), c.get("name")) for c in cases} == {
+        ("ql3.edge", name),
+        ("ql3.edge", "zz-bad.jsonl"),
+    }
