@@ -36,6 +36,7 @@ from conformance.journal.trace import (
     IO_POINTS,
     JOURNAL_CORPUS,
     MUTATIONS,
+    OWNERSHIP_COMMANDS,
     RECORD_MAX,
     Alternative,
     JournalCommand,
@@ -53,7 +54,16 @@ from conformance.journal.trace import (
 from conformance.run.corpus import read_text, trace_paths, write_text
 from conformance.run.trace import TokenNames, TraceHeader, trace_token
 from kernel import execution_spec_digest, offer_id
-from kernel.specs import DeliveryKind, LeaseStatus
+from kernel.entities import WorkerSession
+from kernel.outcomes import Rejected
+from kernel.specs import (
+    HARD_LIMITS,
+    DeliveryKind,
+    JournalState,
+    LeaseStatus,
+    RecoveryReason,
+    WorkerSessionStatus,
+)
 from kernel.worker import (
     CompletionAcknowledged,
     ControlPlaneAlreadyRunning,
@@ -64,6 +74,7 @@ from kernel.worker import (
     JournalCorrupt,
     JournalEvent,
     JournalRecord,
+    LaunchOutcomeUnknown,
     Offer,
     OfferCandidate,
     OfferLease,
@@ -76,6 +87,8 @@ from kernel.worker import (
     encode_record,
     journal_step,
 )
+from kernel.worker.delivery import decide_delivery
+from runners.worker.journal.lock import DEFAULT_STALE_WINDOW_MS
 
 T0: Final = 1_000_000
 WALK_SEED: Final = 6_000
@@ -90,6 +103,8 @@ TOO_LARGE: Final = "JOURNAL_RECORD_TOO_LARGE"
 NOT_OWNED: Final = "JOURNAL_NOT_OWNED"
 LOCKED: Final = "JOURNAL_LOCKED"
 PERMISSIONS: Final = "JOURNAL_PERMISSIONS"
+COMPROMISED: Final = "JOURNAL_COMPROMISED"
+_WINDOW: Final = HARD_LIMITS.journal_stale_window_ms
 
 
 class ScenarioError(AssertionError):
@@ -306,6 +321,12 @@ class JournalRecorder:
             self.capabilities.add("concurrency")
         if command is not None and (command.name == "race_acquire" or command.actor != "main"):
             self.capabilities.add("second_process")
+        if (fault is not None and fault.kind in ("clock", "tamper")) or (
+            fault is not None and fault.stale_window_ms is not None
+        ):
+            self.capabilities.add("ownership")
+        if command is not None and command.name in OWNERSHIP_COMMANDS:
+            self.capabilities.add("ownership")
 
     def _alternatives(
         self, before: ReferenceWorld, command: JournalCommand
@@ -418,8 +439,35 @@ class JournalRecorder:
     def race_acquire(self) -> Performed:
         return self.step(JournalCommand("race_acquire", {}))
 
-    def reopen(self, *, expect: str | None = "ok") -> Performed:
-        return self.step(None, JournalFault("reopen"), expect=expect)
+    def reopen(self, *, expect: str | None = "ok", stale_window_ms: int | None = None) -> Performed:
+        return self.step(
+            None, JournalFault("reopen", stale_window_ms=stale_window_ms), expect=expect
+        )
+
+    def advance(self, ms: int) -> Performed:
+        return self.step(None, JournalFault("clock", ms=ms), expect="ok")
+
+    def tamper(self, what: str) -> Performed:
+        return self.step(None, JournalFault("tamper", what=what), expect="ok")
+
+    def refresh(self, *, result: bool | None) -> Performed:
+        """One tick of the main instance's refresh timer; `result`: what it must return (None:
+        no timer runs)."""
+        done = self.step(JournalCommand("refresh", {}), expect="ok")
+        if done.result is not result:
+            raise ScenarioError(f"{self.header.name}: refresh returned {done.result}")
+        return done
+
+    def timers(self, *, started: int, interval_ms: int | None) -> Performed:
+        done = self.step(JournalCommand("timers", {}), expect="ok")
+        wanted = {"started": started, "interval_ms": interval_ms, "threads": 0}
+        if done.result != wanted:
+            raise ScenarioError(f"{self.header.name}: timers {done.result}")
+        return done
+
+    def audit(self, page_size: int, pages: int, *, expect: str | None = "ok") -> Performed:
+        command = JournalCommand("audit", {"page_size": page_size, "pages": pages})
+        return self.step(command, expect=expect)
 
     def corrupt(self, oid: str, damage: str) -> Performed:
         return self.step(None, JournalFault("corrupt", offer_id=oid, damage=damage), expect="ok")
@@ -915,6 +963,313 @@ def inbox_43_io_errors() -> JournalTrace:
     return r.trace()
 
 
+def _launching(generation: int) -> tuple[JournalRecord, ...]:
+    """Revisions 0..3 of one offer: accepted, starting_acknowledged, launching (the `completed`
+    path stops at the durable barrier, I-J2)."""
+    return chain(generation)[:3]
+
+
+def inbox_05_restart_finds_launching() -> JournalTrace:
+    r = JournalRecorder(
+        "INBOX-05-a-restart-that-finds-launching-records-launch-outcome-unknown",
+        "INBOX-05: a crash once the launching barrier is published leaves launching durable; "
+        "the restarted receiver finds it and (the kernel's step for a launching record found "
+        "with no in-process operation) writes recovery_required(launch_outcome_unknown) with "
+        "the revision CAS, never a second launching or start; a stale retry is a conflict",
+    )
+    c = _launching(1)
+    oid = c[0].offer_id
+    r.acquire()
+    r.create(c[0])
+    r.replace(c[1], 0)
+    for at in CRASH_POINTS["crash_after_commit"]:
+        r.replace(c[2], 1, fault=crash(at), expect="crashed")
+        r.reopen()
+        r.read(oid, record=c[2])
+        if at != CRASH_POINTS["crash_after_commit"][-1]:
+            r.remove(oid, 2)
+            r.create(c[0])
+            r.replace(c[1], 0)
+    unknown = _applied(c[2], LaunchOutcomeUnknown(), T0 + 10)
+    if (unknown.state, unknown.recovery_reason) != (
+        JournalState.RECOVERY_REQUIRED,
+        RecoveryReason.LAUNCH_OUTCOME_UNKNOWN,
+    ):
+        raise ScenarioError("INBOX-05: the kernel no longer records launch_outcome_unknown")
+    r.replace(c[2], 1, expect=CONFLICT)  # the launching write retried: never a second barrier
+    r.replace(unknown, 2)
+    r.read(oid, record=unknown)
+    r.replace(unknown, 2, expect=CONFLICT)
+    r.reopen()
+    r.read(oid, record=unknown)
+    return r.trace()
+
+
+def inbox_11_refused_deliveries_write_nothing() -> JournalTrace:
+    r = JournalRecorder(
+        "INBOX-11-refused-deliveries-create-no-journal-record",
+        "INBOX-11: for deliveries with an expired Run lease, a replaced session, an offline "
+        "Worker or an expired session lease the receiver only reads (the offer's record, the "
+        "first page) and the kernel refuses: no record is created; the same offer with live "
+        "authority is then created as revision 0",
+    )
+    first = chain(1)[0]
+    delivered = first.offer
+    oid = first.offer_id
+    now = T0 + 1_000
+    refused = (
+        (WorkerSession("w1", "s1", 1, WorkerSessionStatus.ONLINE, T0 + 10**9), T0 + 30_000),
+        (WorkerSession("w1", "s2", 1, WorkerSessionStatus.ONLINE, T0 + 10**9), now),
+        (WorkerSession("w1", "s1", 1, WorkerSessionStatus.OFFLINE, T0 + 10**9), now),
+        (WorkerSession("w1", "s1", 1, WorkerSessionStatus.ONLINE, now), now),
+    )
+    r.acquire()
+    r.create(chain(2)[0])
+    for session, at in (*refused, refused[0]):
+        found = r.read(oid, record=None)
+        page = r.list(None, 64)
+        decision = decide_delivery(
+            delivered,
+            None if found.result is None else first,
+            session,
+            records_held=len(page.result["items"]),
+            capacity=DEFAULT_CAPACITY,
+            observed_at_ms=at,
+        )
+        if not isinstance(decision, Rejected):
+            raise ScenarioError(f"INBOX-11: the kernel accepted a delivery at {at}: {decision}")
+    live = WorkerSession("w1", "s1", 1, WorkerSessionStatus.ONLINE, T0 + 10**9)
+    decision = decide_delivery(
+        delivered, None, live, records_held=1, capacity=DEFAULT_CAPACITY, observed_at_ms=now
+    )
+    if isinstance(decision, Rejected):
+        raise ScenarioError(f"INBOX-11: the live delivery was refused: {decision}")
+    r.create(first)
+    r.list(None, 64, ids=_ids([first, chain(2)[0]]))
+    return r.trace()
+
+
+def inbox_16_private_root() -> JournalTrace:
+    r = JournalRecorder(
+        "INBOX-16-a-root-with-group-or-other-bits-is-refused",
+        "INBOX-16: the root acquire() creates is 0700 and every record 0600 (every projection "
+        "of every trace lists a record or root of another mode as a stray); a root given "
+        "group bits (0750) is refused with JOURNAL_PERMISSIONS on acquire, before any lock or "
+        "read; made 0700 again, acquire() succeeds and the records are intact",
+    )
+    c = chain(1)
+    oid = c[0].offer_id
+    r.acquire()
+    r.create(c[0])
+    r.replace(c[1], 0)
+    r.tamper("root_loosened")
+    r.reopen(expect=PERMISSIONS)
+    r.read(oid, expect=NOT_OWNED)
+    r.acquire(expect=PERMISSIONS)
+    r.acquire("rival", expect=PERMISSIONS)
+    r.tamper("root_restored")
+    r.acquire()
+    r.read(oid, record=c[1])
+    r.create(chain(2)[0])
+    return r.trace()
+
+
+def _compromised(r: JournalRecorder, c: Sequence[JournalRecord]) -> None:
+    """Every operation of a compromised owner fails, acquire() and release() included, its
+    timer is stopped, and nothing changes (W-6)."""
+    oid = c[0].offer_id
+    r.read(oid, expect=COMPROMISED)
+    r.list(None, 64, expect=COMPROMISED)
+    r.create(chain(9)[0], expect=COMPROMISED)
+    r.replace(c[1], 0, expect=COMPROMISED)
+    r.remove(oid, 0, expect=COMPROMISED)
+    r.refresh(result=None)
+    r.acquire(expect=COMPROMISED)
+    r.release(expect=COMPROMISED)
+    r.acquire(expect=COMPROMISED)
+
+
+def inbox_22_compromised_for_good() -> JournalTrace:
+    r = JournalRecorder(
+        "INBOX-22-a-removed-touched-or-unrefreshed-lock-compromises-the-owner-for-good",
+        "INBOX-22: deleting the lock directory, moving its mtime, or letting more than the "
+        "stale window pass since the last refresh makes the owner compromised: every "
+        "operation, acquire() and release() fail JOURNAL_COMPROMISED, its timer stops, no "
+        "re-acquire; only a new instance takes over (at once when the lock is gone, once it "
+        "is stale otherwise)",
+    )
+    c = chain(1)
+    oid = c[0].offer_id
+    r.acquire()
+    r.create(c[0])
+    r.tamper("lock_removed")
+    _compromised(r, c)
+    r.reopen()
+    r.read(oid, record=c[0])
+    r.tamper("lock_mtime_changed")
+    r.refresh(result=False)
+    _compromised(r, c)
+    r.reopen(expect=LOCKED)  # the touched lock stays and is younger than the window
+    r.advance(DEFAULT_STALE_WINDOW_MS)
+    r.reopen()  # now older than the window: reclaimed
+    r.read(oid, record=c[0])
+    r.refresh(result=True)
+    r.advance(DEFAULT_STALE_WINDOW_MS)
+    r.read(oid, record=c[0])  # exactly the window since the refresh: still owned
+    r.advance(1)
+    _compromised(r, c)
+    r.reopen()
+    r.read(oid, record=c[0])
+    return r.trace()
+
+
+def inbox_23_stale_window() -> JournalTrace:
+    low, high = _WINDOW.minimum, _WINDOW.maximum
+    r = JournalRecorder(
+        "INBOX-23-stale-window-bounds-half-window-refresh-and-stale-reclaim",
+        f"INBOX-23: a stale window of {low - 1} or {high + 1} ms is rejected, {low} and {high} "
+        "are taken; the one timer refreshes every half window and a refreshed owner outlives "
+        "the window; a lock exactly the window old is live (JOURNAL_LOCKED), one ms older is "
+        "reclaimed by a second process, and the old owner is then compromised",
+    )
+    c = chain(1)
+    oid = c[0].offer_id
+    r.acquire()
+    r.timers(started=1, interval_ms=DEFAULT_STALE_WINDOW_MS // 2)
+    r.create(c[0])
+    r.reopen(stale_window_ms=low - 1, expect="invalid")
+    r.read(oid, expect=NOT_OWNED)
+    r.reopen(stale_window_ms=high + 1, expect="invalid")
+    r.reopen(stale_window_ms=high)
+    r.timers(started=1, interval_ms=high // 2)
+    r.reopen(stale_window_ms=low)
+    r.timers(started=1, interval_ms=low // 2)
+    for _ in range(4):  # four half windows: twice the window, refreshed every half
+        r.advance(low // 2)
+        r.refresh(result=True)
+    r.read(oid, record=c[0])
+    r.reopen()
+    r.refresh(result=True)
+    r.advance(DEFAULT_STALE_WINDOW_MS)
+    r.acquire("rival", expect=LOCKED)  # exactly the window old: live
+    r.advance(1)
+    r.acquire("rival")  # one ms older: stale, reclaimed
+    r.read(oid, actor="rival", record=c[0])
+    r.read(oid, expect=COMPROMISED)
+    r.acquire(expect=COMPROMISED)
+    r.release("rival")
+    r.reopen()
+    r.read(oid, record=c[0])
+    return r.trace()
+
+
+def inbox_24_one_timer() -> JournalTrace:
+    r = JournalRecorder(
+        "INBOX-24-one-refresh-timer-per-tenure-and-no-other-thread",
+        "INBOX-24: constructing an instance starts nothing; acquire() starts exactly one "
+        "timer (the refresh, every half window) and no thread; reads, writes, pages and "
+        "refreshes start no other; release() stops it; a new tenure starts one more",
+    )
+    c = chain(1)
+    r.timers(started=0, interval_ms=None)
+    r.acquire()
+    r.timers(started=1, interval_ms=DEFAULT_STALE_WINDOW_MS // 2)
+    r.create(c[0])
+    r.replace(c[1], 0)
+    r.read(c[0].offer_id, record=c[1])
+    r.list(None, 64, ids=[c[0].offer_id])
+    r.refresh(result=True)
+    r.acquire()
+    r.timers(started=1, interval_ms=DEFAULT_STALE_WINDOW_MS // 2)
+    r.release()
+    r.refresh(result=None)
+    r.timers(started=1, interval_ms=DEFAULT_STALE_WINDOW_MS // 2)
+    r.acquire()
+    r.timers(started=2, interval_ms=DEFAULT_STALE_WINDOW_MS // 2)
+    return r.trace()
+
+
+def inbox_27_audit_is_read_only() -> JournalTrace:
+    r = JournalRecorder(
+        "INBOX-27-auditing-leaves-every-record-byte-identical",
+        "INBOX-27: the startup auditor's scan (U-1..U-5) over records in every class, over "
+        "several pages, returns the kernel's classification and leaves every stored byte as "
+        "it was; a corrupt record fails the audit (AUDIT_JOURNAL_CORRUPT) and stays, "
+        "undeleted and byte-identical; a budget that cannot cover the capacity is invalid",
+        capacity=8,
+    )
+    r.acquire()
+    completed, failed, recovery = chain(1), chain(2, "start_failed"), chain(3, "recovery")
+    for records in (completed, failed, recovery, _launching(4), chain(5)[:5]):
+        r.create(records[0])
+        for record in records[1:]:
+            r.replace(record, record.revision - 1)
+    r.create(chain(6)[0])
+    r.audit(16, 4)
+    r.audit(2, 4)
+    r.audit(2, 3, expect="invalid")  # 2 x 3 < capacity 8 (U-2)
+    r.corrupt(chain(6)[0].offer_id, "not_json")
+    r.audit(16, 4, expect="AUDIT_JOURNAL_CORRUPT")
+    r.audit(1, 8, expect="AUDIT_JOURNAL_CORRUPT")
+    r.reopen()
+    r.audit(16, 4, expect="AUDIT_JOURNAL_CORRUPT")
+    return r.trace()
+
+
+def inbox_34_completion_write_after_submission() -> JournalTrace:
+    r = JournalRecorder(
+        "INBOX-34-a-failed-completion-write-keeps-the-prior-revision-for-the-next-pass",
+        "INBOX-34 (the journal's part of the Coordinator's order): after the submission, the "
+        "completion_acknowledged write failing (ENOSPC, EIO, EACCES at write, fsync, publish) "
+        "leaves running_acknowledged durable so the next pass resubmits; the write then "
+        "succeeds once, a retried one is a conflict, and it survives a restart (final)",
+    )
+    c = chain(1)
+    oid = c[0].offer_id
+    r.acquire()
+    r.create(c[0])
+    for record in c[1:-1]:
+        r.replace(record, record.revision - 1)
+    final = c[-1]
+    if final.state is not JournalState.COMPLETION_ACKNOWLEDGED:
+        raise ScenarioError("INBOX-34: the completed path ends elsewhere")
+    for at in IO_POINTS:
+        for name in ERRNOS:
+            r.replace(final, final.revision - 1, fault=io_error(at, name), expect=PERMISSIONS)
+            r.read(oid, record=c[-2])
+    r.replace(final, final.revision - 1)
+    r.replace(final, final.revision - 1, expect=CONFLICT)
+    r.reopen()
+    r.read(oid, record=final)
+    return r.trace()
+
+
+def inbox_35_replaced_worker_converges() -> JournalTrace:
+    r = JournalRecorder(
+        "INBOX-35-a-worker-replaced-before-its-completion-write-converges-after-restart",
+        "INBOX-35 (the journal's part): the Worker dies at every point of its "
+        "completion_acknowledged write before the commit; the replacement instance finds "
+        "running_acknowledged, and its one write (after the control plane answered "
+        "already_terminal) makes it completion_acknowledged; a write from an altered, stale "
+        "revision is a conflict",
+    )
+    c = chain(1)
+    oid = c[0].offer_id
+    r.acquire()
+    r.create(c[0])
+    for record in c[1:-1]:
+        r.replace(record, record.revision - 1)
+    final = c[-1]
+    for at in CRASH_POINTS["crash_before_commit"]:
+        r.replace(final, final.revision - 1, fault=crash(at), expect="crashed")
+        r.reopen()
+        r.read(oid, record=c[-2])
+    r.replace(final, final.revision - 2, expect=CONFLICT)
+    r.replace(final, final.revision - 1)
+    r.read(oid, record=final)
+    return r.trace()
+
+
 SCENARIOS: Final[dict[str, Callable[[], JournalTrace]]] = {
     "INBOX-02-stale-expected-revision-changes-nothing": inbox_02_stale_expected_revision,
     "INBOX-15-crash-at-every-create-step-leaves-last-durable-revision": inbox_15_crash_create,
@@ -944,6 +1299,25 @@ SCENARIOS: Final[dict[str, Callable[[], JournalTrace]]] = {
     "INBOX-21-of-two-competing-owners-exactly-one-acquires": inbox_21_race,
     "INBOX-43-enospc-eio-eacces-at-write-fsync-publish-keep-the-prior-revision": (
         inbox_43_io_errors
+    ),
+    "INBOX-05-a-restart-that-finds-launching-records-launch-outcome-unknown": (
+        inbox_05_restart_finds_launching
+    ),
+    "INBOX-11-refused-deliveries-create-no-journal-record": (
+        inbox_11_refused_deliveries_write_nothing
+    ),
+    "INBOX-16-a-root-with-group-or-other-bits-is-refused": inbox_16_private_root,
+    "INBOX-22-a-removed-touched-or-unrefreshed-lock-compromises-the-owner-for-good": (
+        inbox_22_compromised_for_good
+    ),
+    "INBOX-23-stale-window-bounds-half-window-refresh-and-stale-reclaim": inbox_23_stale_window,
+    "INBOX-24-one-refresh-timer-per-tenure-and-no-other-thread": inbox_24_one_timer,
+    "INBOX-27-auditing-leaves-every-record-byte-identical": inbox_27_audit_is_read_only,
+    "INBOX-34-a-failed-completion-write-keeps-the-prior-revision-for-the-next-pass": (
+        inbox_34_completion_write_after_submission
+    ),
+    "INBOX-35-a-worker-replaced-before-its-completion-write-converges-after-restart": (
+        inbox_35_replaced_worker_converges
     ),
 }
 

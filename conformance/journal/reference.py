@@ -27,6 +27,7 @@ is never itself a runner under test.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 from collections.abc import Callable, Sequence
@@ -36,6 +37,7 @@ from typing import Final
 from conformance.journal.trace import (
     DEFAULT_CAPACITY,
     RECORD_MAX,
+    ROOT_MODE_STRAY,
     JournalCommand,
     JournalFault,
     JournalProjection,
@@ -53,9 +55,11 @@ from kernel.specs import (
     Code,
     OwnershipState,
     OwnershipTrigger,
+    check_in_range,
     next_ownership_state,
 )
 from kernel.worker import JournalCorrupt, JournalRecord, decode_record, encode_record
+from runners.worker.journal.lock import DEFAULT_STALE_WINDOW_MS
 from runners.worker.journal.port import JournalError, JournalPage
 
 __all__ = ["ReferenceJournal", "ReferenceRoot", "ReferenceWorld"]
@@ -63,15 +67,22 @@ __all__ = ["ReferenceJournal", "ReferenceRoot", "ReferenceWorld"]
 _OFFER_ID: Final = re.compile(r"[0-9a-f]{64}")
 _PAGE_MAX: Final = HARD_LIMITS.journal_list_page_max
 _CAPACITY_MAX: Final = HARD_LIMITS.journal_capacity_max
+_WINDOW: Final = HARD_LIMITS.journal_stale_window_ms
+_REFRESH_DIVISOR: Final = HARD_LIMITS.journal_refresh_divisor  # W-4: every half window
 _IDS = itertools.count(1)
 
 
 @dataclass
 class ReferenceRoot:
-    """The durable state of one journal root: stored bytes by offer id, and the lock holder."""
+    """The durable state of one journal root: stored bytes by offer id, the lock (its holder
+    and mtime), whether the root is private (F-1), and the world's clock (both clocks: only a
+    `clock` step moves them, so a wall-clock and a monotonic difference are the same)."""
 
     stored: dict[str, bytes] = field(default_factory=dict)
     holder: int | None = None  # the `instance_id` of the owner whose lock is in the root
+    lock_mtime_ms: int = 0
+    private: bool = True
+    now_ms: int = 0
 
 
 def _offer_id(value: object) -> str:
@@ -83,11 +94,21 @@ def _offer_id(value: object) -> str:
 class ReferenceJournal:
     """One would-be owner of a `ReferenceRoot` with the journal port (see the module doc)."""
 
-    def __init__(self, root: ReferenceRoot, *, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(
+        self,
+        root: ReferenceRoot,
+        *,
+        capacity: int = DEFAULT_CAPACITY,
+        stale_window_ms: int = DEFAULT_STALE_WINDOW_MS,
+    ) -> None:
         if type(capacity) is not int or not 1 <= capacity <= _CAPACITY_MAX:
             raise ValueError(f"capacity: must be 1..{_CAPACITY_MAX} (F-7)")
+        self.window_ms = check_in_range(stale_window_ms, _WINDOW, field="stale_window_ms")
         self.root = root
         self.capacity = capacity
+        self.stamped_ms = 0  # the lock mtime this owner last wrote (W-5)
+        self.refreshed_ms = 0  # when this owner's last verification-with-stamp succeeded
+        self.timers_started = 0  # one refresh timer per tenure (W-4, F-11)
         self.instance_id = next(_IDS)
         self.state = OwnershipState.UNOWNED
         self._fault: JournalFault | None = None
@@ -131,26 +152,58 @@ class ReferenceJournal:
         return JournalError(REFUSAL_CODES[self.state], "ownership")
 
     def acquire(self) -> None:
+        """W-2/W-3, F-1: in `owned` a verification; a lock at most the stale window old is
+        live (`JOURNAL_LOCKED`), an older one is reclaimed; a root with group or other bits is
+        `JOURNAL_PERMISSIONS`."""
         if self.state is OwnershipState.OWNED:
+            self._require_owned()
             return
         if self.state is OwnershipState.COMPROMISED:
             raise self._refusal()
-        if self.root.holder is not None:
+        root = self.root
+        if not root.private:
+            raise JournalError(Code.JOURNAL_PERMISSIONS, "root_mode")
+        if root.holder is not None and root.now_ms - root.lock_mtime_ms <= self.window_ms:
             raise JournalError(Code.JOURNAL_LOCKED, "lock_held")
-        self.root.holder = self.instance_id
+        root.holder = self.instance_id  # a stale lock is reclaimed (W-3 [decision W-3])
+        root.lock_mtime_ms = self.stamped_ms = self.refreshed_ms = root.now_ms
         self._transition(OwnershipTrigger.ACQUIRED)
+        self.timers_started += 1
 
     def release(self) -> None:
+        """W-7: verify, then remove the lock; a failed verification compromises (W-6)."""
         if self.state is OwnershipState.RELEASED:
             return
-        if self.state is not OwnershipState.OWNED:
-            raise self._refusal()
+        self._require_owned()
         self.root.holder = None
         self._transition(OwnershipTrigger.RELEASED)
 
+    def refresh(self) -> bool | None:
+        """One tick of the refresh timer (W-4): None when no timer runs (not `owned`: released,
+        compromised or never acquired), else whether the verification and stamp succeeded."""
+        if self.state is not OwnershipState.OWNED:
+            return None
+        try:
+            self._require_owned()
+        except JournalError:
+            return False
+        self.root.lock_mtime_ms = self.stamped_ms = self.refreshed_ms = self.root.now_ms
+        return True
+
     def _require_owned(self) -> None:
+        """W-1 and W-5: owned, the lock is this owner's with the mtime it wrote, and the last
+        refresh is no older than the stale window; any failure compromises for good (W-6)."""
         if self.state is not OwnershipState.OWNED:
             raise self._refusal()
+        root = self.root
+        if (
+            root.holder != self.instance_id
+            or root.lock_mtime_ms != self.stamped_ms
+            or root.now_ms - self.refreshed_ms > self.window_ms
+        ):
+            self._transition(OwnershipTrigger.VERIFICATION_FAILED)
+            raise self._refusal()
+        self._transition(OwnershipTrigger.VERIFIED)
 
     # -- the port --------------------------------------------------------------------------
     @staticmethod
@@ -233,7 +286,7 @@ class ReferenceWorld:
     after another in the order given; `race_acquire` lets `main` try first."""
 
     name = "reference"
-    capabilities = frozenset({"faults", "corruption", "second_process", "concurrency"})
+    capabilities = frozenset({"faults", "corruption", "second_process", "concurrency", "ownership"})
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self.capacity = capacity
@@ -266,14 +319,52 @@ class ReferenceWorld:
         acquire = JournalCommand("acquire", {})
         return self.call("main", acquire, None), self.call("rival", acquire, None)
 
-    def reopen(self) -> OpResult:
-        """Restart: the old main instance's lock is released (a dead process's lock, cleared as
-        a stale reclaim would), a new instance acquires."""
-        if self.main.state is OwnershipState.OWNED:
+    def reopen(self, stale_window_ms: int | None = None) -> OpResult:
+        """Restart: the old main instance releases its lock if it can (a dead process's lock,
+        cleared as a stale reclaim would; a compromised owner's lock stays), a new instance
+        (with `stale_window_ms`, if given) acquires. A window outside 5 s..5 min is `invalid`
+        and leaves a new unowned instance with the default window."""
+        with contextlib.suppress(JournalError):
             self.main.release()
         self.crashed = False
-        self.main = ReferenceJournal(self.root, capacity=self.capacity)
+        try:
+            self.main = ReferenceJournal(
+                self.root,
+                capacity=self.capacity,
+                **({} if stale_window_ms is None else {"stale_window_ms": stale_window_ms}),
+            )
+        except ValueError:
+            self.main = ReferenceJournal(self.root, capacity=self.capacity)
+            return OpResult("invalid")
         return call_store(self.main, Operation("acquire"))
+
+    def advance(self, ms: int) -> OpResult:
+        self.root.now_ms += ms
+        return OpResult("ok")
+
+    def tamper(self, what: str) -> OpResult:
+        root = self.root
+        if what in ("lock_removed", "lock_mtime_changed") and root.holder is None:
+            raise RuntimeError(f"tamper {what}: there is no lock")
+        if what == "lock_removed":
+            root.holder = None
+        elif what == "lock_mtime_changed":
+            root.lock_mtime_ms -= 1_000
+        else:
+            root.private = what == "root_restored"
+        return OpResult("ok")
+
+    def refresh(self) -> OpResult:
+        return OpResult("ok", None, self.main.refresh())
+
+    def timers(self) -> OpResult:
+        """The refresh timers the main instance started, the last one's interval (half the
+        stale window, W-4) and the threads it started beyond them (none: one timer, F-11)."""
+        main = self.main
+        interval = main.window_ms // _REFRESH_DIVISOR if main.timers_started else None
+        return OpResult(
+            "ok", None, {"started": main.timers_started, "interval_ms": interval, "threads": 0}
+        )
 
     def corrupt(self, offer_id: str, damage: str) -> OpResult:
         data = self.root.stored.get(offer_id)
@@ -283,7 +374,8 @@ class ReferenceWorld:
         return OpResult("ok")
 
     def project(self) -> JournalProjection:
-        return projection((oid, data, None) for oid, data in self.root.stored.items())
+        strays = () if self.root.private else (ROOT_MODE_STRAY,)
+        return projection(((oid, data, None) for oid, data in self.root.stored.items()), strays)
 
     def close(self) -> None:
         return None

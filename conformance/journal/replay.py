@@ -53,11 +53,13 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar, cast
 
 from conformance.journal.reference import ReferenceWorld
 from conformance.journal.trace import (
     JOURNAL_CORPUS,
+    ROOT_MODE_STRAY,
+    TAMPERS,
     JournalCommand,
     JournalConfig,
     JournalFault,
@@ -82,6 +84,12 @@ from conformance.run.corpus import read_text, spec_id_of, trace_paths
 from conformance.run.replay import Divergence, TraceResult
 from conformance.run.trace import canonical
 from runners.worker.journal.file import FileJournal, SteppedOs
+from runners.worker.journal.lock import (
+    DEFAULT_STALE_WINDOW_MS,
+    DIR_MODE,
+    LOCK_DIR_NAME,
+    JournalOwnership,
+)
 from runners.worker.journal.port import JournalError
 from runners.worker.journal.sqlite import DATABASE_NAME, SqliteJournal
 
@@ -92,9 +100,13 @@ __all__ = [
     "JournalDivergence",
     "JournalTraceResult",
     "JournalWorld",
+    "ManualTimers",
+    "OwnershipBinding",
+    "OwnershipEnv",
     "Performed",
     "RealWorld",
     "SqliteBinding",
+    "TraceClock",
     "journal_trace_paths",
     "perform",
     "read_journal_trace",
@@ -121,9 +133,17 @@ class JournalWorld(Protocol):
 
     def race_acquire(self) -> tuple[OpResult, OpResult]: ...
 
-    def reopen(self) -> OpResult: ...
+    def reopen(self, stale_window_ms: int | None = None) -> OpResult: ...
 
     def corrupt(self, offer_id: str, damage: str) -> OpResult: ...
+
+    def advance(self, ms: int) -> OpResult: ...
+
+    def tamper(self, what: str) -> OpResult: ...
+
+    def refresh(self) -> OpResult: ...
+
+    def timers(self) -> OpResult: ...
 
     def project(self) -> JournalProjection: ...
 
@@ -164,13 +184,23 @@ def perform(
     """Apply one step to a world: the same function records (on the reference) and replays.
     `aliases` maps `winner`/`loser` to the actors of the last `race_acquire`."""
     if fault is not None and fault.kind == "reopen":
-        return _performed(world.reopen())
+        return _performed(world.reopen(fault.stale_window_ms))
+    if fault is not None and fault.kind == "clock":
+        assert fault.ms is not None
+        return _performed(world.advance(fault.ms))
+    if fault is not None and fault.kind == "tamper":
+        assert fault.what is not None
+        return _performed(world.tamper(fault.what))
     if fault is not None and fault.kind == "corrupt":
         assert fault.offer_id is not None
         assert fault.damage is not None
         return _performed(world.corrupt(fault.offer_id, fault.damage))
     if command is None:
-        raise ValueError("a step without a command must be a reopen or corrupt fault")
+        raise ValueError("a step without a command must be an environment fault")
+    if command.name == "refresh":
+        return _performed(world.refresh())
+    if command.name == "timers":
+        return _performed(world.timers())
     if command.name == "batch":
         results = [world.call("main", c, None) for c in command.operations]
         return Performed(
@@ -239,6 +269,113 @@ class JournalBinding(Protocol):
         ...
 
 
+class OwnershipBinding(JournalBinding, Protocol):
+    """A binding with the `ownership` capability: its instances take the world's clock, refresh
+    timers and stale window (`OwnershipEnv`), and its backdoor can tamper with the root."""
+
+    def open_owned(self, root: Path, capacity: int, env: OwnershipEnv) -> Instance: ...
+
+    def tamper(self, root: Path, what: str) -> None: ...
+
+    def root_private(self, root: Path) -> bool:
+        """The root is `0700` (F-1); a missing root counts as private."""
+        ...
+
+
+class TraceClock:
+    """The world's clocks (`runners.worker.journal.lock.OwnershipClock`): frozen at the values
+    the world was created with, moved only by a trace's `clock` steps (`advance`)."""
+
+    def __init__(self, wall_ns: int, mono_ns: int, offset_ms: int = 0) -> None:
+        self.wall_ns = wall_ns
+        self.mono_ns = mono_ns
+        self.offset_ns = offset_ms * 1_000_000
+
+    def advance(self, ms: int) -> None:
+        self.offset_ns += ms * 1_000_000
+
+    def time_ns(self) -> int:
+        return self.wall_ns + self.offset_ns
+
+    def monotonic_ns(self) -> int:
+        return self.mono_ns + self.offset_ns
+
+
+class ManualTimer:
+    """A refresh timer that fires only when a trace's `refresh` step says so."""
+
+    def __init__(self, interval_s: float, tick: Callable[[], bool]) -> None:
+        self.interval_s = interval_s
+        self.tick = tick
+        self.started = False
+        self.stopped = False  # cancelled, or a tick returned False (as the daemon timer stops)
+
+    def start(self) -> None:
+        self.started = True
+
+    def cancel(self) -> None:
+        self.stopped = True
+
+    def join(self, timeout_s: float) -> None:
+        return None
+
+    def fire(self) -> bool:
+        running = self.tick()
+        if not running:
+            self.stopped = True
+        return running
+
+
+class ManualTimers:
+    """The timer factory of one adapter instance (`TimerFactory`): every timer it made."""
+
+    def __init__(self) -> None:
+        self.made: list[ManualTimer] = []
+
+    def __call__(self, interval_s: float, tick: Callable[[], bool]) -> ManualTimer:
+        timer = ManualTimer(interval_s, tick)
+        self.made.append(timer)
+        return timer
+
+    def live(self) -> ManualTimer | None:
+        return next((t for t in reversed(self.made) if t.started and not t.stopped), None)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnershipEnv:
+    """What an `ownership` binding builds an instance's `JournalOwnership` from."""
+
+    clock: TraceClock
+    timers: ManualTimers
+    stale_window_ms: int
+
+
+def tamper_root(root: Path, what: str) -> None:
+    """The `tamper` backdoor of both built-in adapters (they share the W-2 lock layout)."""
+    lock = root / LOCK_DIR_NAME
+    if what == "lock_removed":
+        shutil.rmtree(lock)
+    elif what == "lock_mtime_changed":
+        mtime = lock.stat().st_mtime_ns - 1_000_000_000
+        os.utime(lock, ns=(mtime, mtime))
+    elif what == "root_loosened":
+        os.chmod(root, 0o750)  # noqa: S103 - the tamper is a root with group bits (F-1)
+    elif what == "root_restored":
+        os.chmod(root, DIR_MODE)
+    else:
+        raise ValueError(f"tamper: must be one of {TAMPERS}")
+
+
+def _root_private(root: Path) -> bool:
+    return not root.is_dir() or stat.S_IMODE(root.lstat().st_mode) == DIR_MODE
+
+
+def _ownership(root: Path, env: OwnershipEnv) -> JournalOwnership:
+    return JournalOwnership(
+        root, stale_window_ms=env.stale_window_ms, clock=env.clock, timer_factory=env.timers
+    )
+
+
 def _crash() -> BaseException:
     return SimulatedCrash("simulated crash")
 
@@ -293,9 +430,10 @@ class _SeamOs(SteppedOs):
 
 
 class _FileInstance:
-    def __init__(self, root: Path, capacity: int) -> None:
+    def __init__(self, root: Path, capacity: int, env: OwnershipEnv | None = None) -> None:
         self._seam = _SeamOs()
-        self._store = FileJournal(root, capacity=capacity, _os=self._seam)
+        ownership = None if env is None else _ownership(root, env)
+        self._store = FileJournal(root, ownership, capacity=capacity, _os=self._seam)
 
     @property
     def store(self) -> TraceJournal:
@@ -327,10 +465,19 @@ class FileBinding:
 
     name = "file"
     spec = "file"
-    capabilities = frozenset({"faults", "corruption", "second_process", "concurrency"})
+    capabilities = frozenset({"faults", "corruption", "second_process", "concurrency", "ownership"})
 
     def open(self, root: Path, capacity: int) -> Instance:
         return _FileInstance(root, capacity)
+
+    def open_owned(self, root: Path, capacity: int, env: OwnershipEnv) -> Instance:
+        return _FileInstance(root, capacity, env)
+
+    def tamper(self, root: Path, what: str) -> None:
+        tamper_root(root, what)
+
+    def root_private(self, root: Path) -> bool:
+        return _root_private(root)
 
     def stored(self, root: Path) -> tuple[StoredEntries, list[str]]:
         entries: StoredEntries = []
@@ -403,11 +550,12 @@ def _sqlite_error(name: str, number: int) -> Callable[[], BaseException]:
 
 
 class _SqliteInstance:
-    def __init__(self, root: Path, capacity: int) -> None:
+    def __init__(self, root: Path, capacity: int, env: OwnershipEnv | None = None) -> None:
         self._seen: list[str] = []
         self._plan: tuple[str, Callable[[], BaseException]] | None = None
         self._fired = False
-        self._store = SqliteJournal(root, capacity=capacity, fault_hook=self._hook)
+        ownership = None if env is None else _ownership(root, env)
+        self._store = SqliteJournal(root, ownership, capacity=capacity, fault_hook=self._hook)
 
     def _hook(self, step: str, conn: sqlite3.Connection) -> None:
         self._seen.append(step)
@@ -451,10 +599,19 @@ class SqliteBinding:
 
     name = "sqlite"
     spec = "sqlite"
-    capabilities = frozenset({"faults", "corruption", "second_process", "concurrency"})
+    capabilities = frozenset({"faults", "corruption", "second_process", "concurrency", "ownership"})
 
     def open(self, root: Path, capacity: int) -> Instance:
         return _SqliteInstance(root, capacity)
+
+    def open_owned(self, root: Path, capacity: int, env: OwnershipEnv) -> Instance:
+        return _SqliteInstance(root, capacity, env)
+
+    def tamper(self, root: Path, what: str) -> None:
+        tamper_root(root, what)
+
+    def root_private(self, root: Path) -> bool:
+        return _root_private(root)
 
     def stored(self, root: Path) -> tuple[StoredEntries, list[str]]:
         path = root / DATABASE_NAME
@@ -501,16 +658,34 @@ def resolve_binding(spec: str) -> JournalBinding:
 
 
 # -- the rival: a second real process on the same root -------------------------------------
-def rival_main(
-    conn: Connection, spec: str, root: str, capacity: int, barrier: Barrier
+def _open(binding: JournalBinding, root: Path, capacity: int, env: OwnershipEnv | None) -> Instance:
+    """An instance with the world's clock and timers when the binding takes them."""
+    if env is not None and "ownership" in binding.capabilities:
+        return cast(OwnershipBinding, binding).open_owned(root, capacity, env)
+    return binding.open(root, capacity)
+
+
+def rival_main(  # noqa: PLR0917 - the spawn target's arguments are positional
+    conn: Connection,
+    spec: str,
+    root: str,
+    capacity: int,
+    barrier: Barrier,
+    clock: tuple[int, int, int],
 ) -> None:  # pragma: no cover - runs in the child process
-    """The rival owner's loop: one request, one `OpResult`, until `stop`."""
-    instance = resolve_binding(spec).open(Path(root), capacity)
+    """The rival owner's loop: one request, one `OpResult`, until `stop`. Its clock is the
+    world's (same values, moved by the same `clock` steps); its timer never fires."""
+    trace_clock = TraceClock(*clock)
+    env = OwnershipEnv(trace_clock, ManualTimers(), DEFAULT_STALE_WINDOW_MS)
+    instance = _open(resolve_binding(spec), Path(root), capacity, env)
     try:
         while conn.poll(120):
             message = conn.recv()
             if message[0] == "stop":
                 break
+            if message[0] == "advance":
+                trace_clock.advance(message[1])
+                continue
             if message[0] == "race":
                 barrier.wait(WAIT_S)
                 conn.send(call_store(instance.store, Operation("acquire")))
@@ -527,13 +702,14 @@ def rival_main(
 
 
 class _Rival:
-    def __init__(self, spec: str, root: Path, capacity: int) -> None:
+    def __init__(self, spec: str, root: Path, capacity: int, clock: TraceClock) -> None:
         context = multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
         self.barrier = context.Barrier(2)
+        at = (clock.wall_ns, clock.mono_ns, clock.offset_ns // 1_000_000)
         self._process = context.Process(
             target=rival_main,
-            args=(child, spec, str(root), capacity, self.barrier),
+            args=(child, spec, str(root), capacity, self.barrier, at),
             name="ql3-journal-rival",
             daemon=True,
         )
@@ -552,6 +728,9 @@ class _Rival:
 
     def start_race(self) -> None:
         self._conn.send(("race",))
+
+    def advance(self, ms: int) -> None:
+        self._conn.send(("advance", ms))
 
     def receive(self) -> OpResult:
         return self._receive()
@@ -576,15 +755,29 @@ class RealWorld:
         self.capabilities = binding.capabilities
         self.root = root
         self.capacity = capacity
-        self.main = binding.open(root, capacity)
+        self.clock = TraceClock(time.time_ns(), time.monotonic_ns())
+        self._threads = {thread.ident for thread in threading.enumerate()}
+        self._timers: ManualTimers | None = None
+        self.main = self._open(DEFAULT_STALE_WINDOW_MS)
         self._old: list[Instance] = []
         self._rival: _Rival | None = None
+
+    def _open(self, stale_window_ms: int) -> Instance:
+        env = OwnershipEnv(self.clock, ManualTimers(), stale_window_ms)
+        self._timers = env.timers if "ownership" in self.capabilities else None
+        return _open(self.binding, self.root, self.capacity, env)
 
     @property
     def rival(self) -> _Rival:
         if self._rival is None:
-            self._rival = _Rival(self.binding.spec, self.root, self.capacity)
+            self._rival = _Rival(self.binding.spec, self.root, self.capacity, self.clock)
         return self._rival
+
+    @property
+    def _owned(self) -> OwnershipBinding:
+        if "ownership" not in self.capabilities:
+            raise ValueError(f"{self.name}: the binding lacks the ownership capability")
+        return cast(OwnershipBinding, self.binding)
 
     def call(self, actor: str, command: JournalCommand, fault: JournalFault | None) -> OpResult:
         if actor == "rival":
@@ -628,16 +821,49 @@ class RealWorld:
         main = call_store(self.main.store, Operation("acquire"))
         return main, rival.receive()
 
-    def reopen(self) -> OpResult:
-        """Restart: the old instance releases its lock (a dead process's lock, cleared as a
-        stale reclaim would) and closes; a new instance acquires (F-12 removes leftovers)."""
+    def reopen(self, stale_window_ms: int | None = None) -> OpResult:
+        """Restart: the old instance releases its lock if it can (a dead process's lock,
+        cleared as a stale reclaim would; a compromised owner's lock stays) and closes; a new
+        instance (with `stale_window_ms`, if given) acquires (F-12 removes leftovers). A
+        window the adapter rejects is `invalid`, leaving an unowned default instance."""
         old = self.main
         with contextlib.suppress(JournalError):
             old.store.release()
         old.close()
         self._old.append(old)
-        self.main = self.binding.open(self.root, self.capacity)
+        try:
+            self.main = self._open(stale_window_ms or DEFAULT_STALE_WINDOW_MS)
+        except ValueError:
+            self.main = self._open(DEFAULT_STALE_WINDOW_MS)
+            return OpResult("invalid")
         return call_store(self.main.store, Operation("acquire"))
+
+    def advance(self, ms: int) -> OpResult:
+        self._owned  # noqa: B018 - the clock reaches only an ownership binding's instances
+        self.clock.advance(ms)
+        if self._rival is not None:
+            self._rival.advance(ms)
+        return OpResult("ok")
+
+    def tamper(self, what: str) -> OpResult:
+        self._owned.tamper(self.root, what)
+        return OpResult("ok")
+
+    def refresh(self) -> OpResult:
+        self._owned  # noqa: B018
+        timer = None if self._timers is None else self._timers.live()
+        return OpResult("ok", None, None if timer is None else timer.fire())
+
+    def timers(self) -> OpResult:
+        """The refresh timers the main instance started, the last one's interval, and the
+        threads started in this process since the world was made that are still alive."""
+        self._owned  # noqa: B018
+        started = [t for t in (self._timers.made if self._timers else []) if t.started]
+        interval = round(started[-1].interval_s * 1000) if started else None
+        threads = sum(1 for t in threading.enumerate() if t.ident not in self._threads)
+        return OpResult(
+            "ok", None, {"started": len(started), "interval_ms": interval, "threads": threads}
+        )
 
     def corrupt(self, offer_id: str, damage: str) -> OpResult:
         entries, _ = self.binding.stored(self.root)
@@ -649,9 +875,13 @@ class RealWorld:
 
     def project(self) -> JournalProjection:
         entries, strays = self.binding.stored(self.root)
+        if "ownership" in self.capabilities and not self._owned.root_private(self.root):
+            strays = [*strays, ROOT_MODE_STRAY]
         return projection(entries, strays)
 
     def close(self) -> None:
+        if "ownership" in self.capabilities and self.root.is_dir():
+            self._owned.tamper(self.root, "root_restored")  # so the directory can be removed
         if self._rival is not None:
             self._rival.stop()
             self._rival = None
@@ -696,11 +926,23 @@ class _Scratch:
     def race_acquire(self) -> tuple[OpResult, OpResult]:
         return self.world.race_acquire()
 
-    def reopen(self) -> OpResult:
-        return self.world.reopen()
+    def reopen(self, stale_window_ms: int | None = None) -> OpResult:
+        return self.world.reopen(stale_window_ms)
 
     def corrupt(self, offer_id: str, damage: str) -> OpResult:
         return self.world.corrupt(offer_id, damage)
+
+    def advance(self, ms: int) -> OpResult:
+        return self.world.advance(ms)
+
+    def tamper(self, what: str) -> OpResult:
+        return self.world.tamper(what)
+
+    def refresh(self) -> OpResult:
+        return self.world.refresh()
+
+    def timers(self) -> OpResult:
+        return self.world.timers()
 
     def project(self) -> JournalProjection:
         return self.world.project()

@@ -3,14 +3,17 @@ component").
 
 A journal trace is a JSON Lines file like a run trace: a header line (component `journal`, plus
 `config` with the journal's capacity) and one line per step. A step's `command` is a journal port
-operation (`create`, `replace`, `remove`, `read`, `list`) or an ownership operation (`acquire`,
-`release`), optionally by another `actor` (`rival`: a second real process on the same root), or a
-compound step (`batch`, `concurrent`, `race_acquire`). Faults are ordinary steps:
-`crash_before_commit` / `crash_after_commit` / `io_error` on a mutation, and the command-less
-`reopen` (restart: release, a new adapter instance acquires) and `corrupt` (damaged bytes written
-through the backdoor). The expectation is the outcome (`ok`, `error` + code, `invalid`,
-`crashed`), the result of a read or list, and the full canonical projection of the durable journal
-read by a backdoor reader.
+operation (`create`, `replace`, `remove`, `read`, `list`), the startup auditor's read-only scan
+(`audit`), an ownership operation (`acquire`, `release`) or the refresh timer (`refresh`: fire
+it once; `timers`: what was started), optionally by another `actor` (`rival`: a second real
+process on the same root), or a compound step (`batch`, `concurrent`, `race_acquire`). Faults
+are ordinary steps: `crash_before_commit` / `crash_after_commit` / `io_error` on a mutation,
+and the command-less `reopen` (restart: release, a new adapter instance acquires, optionally
+with another stale window), `corrupt` (damaged bytes written through the backdoor), `clock`
+(the world's clocks move forward) and `tamper` (the lock or the root's mode changed behind the
+adapter's back). The expectation is the outcome (`ok`, `error` + code, `invalid`, `crashed`),
+the result of a read, list or audit, and the full canonical projection of the durable journal
+read by a backdoor reader (with `<root>:mode` among the strays when the root is not private).
 
 Records appear in commands as their canonical document with the lease token as a placeholder
 `{"token": "<name>"}` (`conformance.run.trace.trace_token`), and in projections with the token as
@@ -30,7 +33,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 from conformance.run.trace import (
     TRACE_VERSION,
@@ -40,8 +43,10 @@ from conformance.run.trace import (
     canonical,
     trace_token,
 )
-from kernel.specs import HARD_LIMITS
+from kernel.specs import HARD_LIMITS, Paging
 from kernel.worker import JournalCorrupt, JournalRecord, decode_record, encode_record
+from kernel.worker.auditor import AuditResult
+from runners.worker.auditor import AuditedJournal, AuditRefused, StartupAuditor
 from runners.worker.journal.port import JournalError, JournalPage, JournalStore
 
 __all__ = [
@@ -51,6 +56,7 @@ __all__ = [
     "CRASH_POINTS",
     "DAMAGES",
     "DEFAULT_CAPACITY",
+    "ENVIRONMENT_FAULTS",
     "ERRNOS",
     "EXPECT_KINDS",
     "FAULT_KINDS",
@@ -58,7 +64,10 @@ __all__ = [
     "JOURNAL_CORPUS",
     "MUTATIONS",
     "OPERATIONS",
+    "OWNERSHIP_COMMANDS",
     "RECORD_MAX",
+    "ROOT_MODE_STRAY",
+    "TAMPERS",
     "Alternative",
     "JournalCommand",
     "JournalConfig",
@@ -71,6 +80,7 @@ __all__ = [
     "Operation",
     "SimulatedCrash",
     "TraceJournal",
+    "audit_result",
     "call_store",
     "damaged",
     "decode_operation",
@@ -98,7 +108,11 @@ CAPACITY_MAX: Final = HARD_LIMITS.journal_capacity_max
 DEFAULT_CAPACITY: Final = 64
 
 MUTATIONS: Final = ("create", "replace", "remove")
-OPERATIONS: Final = (*MUTATIONS, "read", "list", "acquire", "release")
+#: `audit` runs the project's startup auditor (U-1..U-5) over the instance: a read-only scan.
+#: `refresh` fires the main instance's refresh timer once; `timers` reports the timers it
+#: started (W-4, F-11); both need the `ownership` capability (INBOX-23, INBOX-24).
+OPERATIONS: Final = (*MUTATIONS, "read", "list", "acquire", "release", "audit")
+OWNERSHIP_COMMANDS: Final = ("refresh", "timers")
 COMPOUND: Final = ("batch", "concurrent", "race_acquire")
 #: `main`: the adapter instance under test; `rival`: a second process on the same root;
 #: `winner` / `loser`: whichever of the two won / lost the last `race_acquire`.
@@ -116,7 +130,25 @@ IO_POINTS: Final = ("write", "fsync", "publish")
 ERRNOS: Final = ("ENOSPC", "EIO", "EACCES")
 #: How a `corrupt` step damages the stored bytes of one record (F-9).
 DAMAGES: Final = ("truncated", "one_byte_short", "not_json", "empty", "schema_violation")
-FAULT_KINDS: Final = ("crash_before_commit", "crash_after_commit", "io_error", "reopen", "corrupt")
+#: How a `tamper` step changes the root behind the adapter's back (INBOX-16, INBOX-22):
+#: the lock directory removed or its mtime moved back one second; the root given group bits
+#: (`0750`) or made private (`0700`) again.
+TAMPERS: Final = ("lock_removed", "lock_mtime_changed", "root_loosened", "root_restored")
+#: `clock` moves the world's wall and monotonic clocks forward by `ms` (nothing else moves
+#: them: a trace's timing is exact on any machine); `tamper` is one of `TAMPERS`; both, like a
+#: `reopen` with a `stale_window_ms`, need the `ownership` capability.
+FAULT_KINDS: Final = (
+    "crash_before_commit",
+    "crash_after_commit",
+    "io_error",
+    "reopen",
+    "corrupt",
+    "clock",
+    "tamper",
+)
+ENVIRONMENT_FAULTS: Final = ("reopen", "corrupt", "clock", "tamper")
+#: The stray a projection lists when the root is not private (`0700`, F-1).
+ROOT_MODE_STRAY: Final = "<root>:mode"
 EXPECT_KINDS: Final = ("ok", "error", "invalid", "crashed", "batch", "concurrent")
 
 JournalProjection = dict[str, list[Any]]
@@ -153,6 +185,9 @@ class JournalFault:
     errno: str | None = None  # io_error: ENOSPC, EIO or EACCES
     offer_id: str | None = None  # corrupt: whose stored bytes
     damage: str | None = None  # corrupt: one of DAMAGES
+    ms: int | None = None  # clock: how far both clocks move forward
+    what: str | None = None  # tamper: one of TAMPERS
+    stale_window_ms: int | None = None  # reopen: the new instance's stale window (W-4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +237,7 @@ class Operation:
     offer_id: str | None = None
     after: str | None = None
     limit: int | None = None
+    paging: tuple[int, int] | None = None  # audit: (page size, pages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,6 +456,9 @@ _ARGS: Final[Mapping[str, frozenset[str]]] = {
     "acquire": frozenset(),
     "release": frozenset(),
     "race_acquire": frozenset(),
+    "audit": frozenset({"page_size", "pages"}),
+    "refresh": frozenset(),
+    "timers": frozenset(),
 }
 
 
@@ -443,7 +482,40 @@ def decode_operation(command: JournalCommand, line: int = 0) -> Operation:
     limit = args.get("limit")
     if "limit" in args and type(limit) is not int:
         raise TraceFormatError(line, f"{field}.limit", "must be an integer")
-    return Operation(command.name, record, expected, offer_id, after, limit)
+    paging = None
+    if command.name == "audit":
+        size, pages = args.get("page_size"), args.get("pages")
+        if type(size) is not int or type(pages) is not int:
+            raise TraceFormatError(line, f"{field}.page_size", "page_size, pages: integers")
+        paging = (size, pages)
+    return Operation(command.name, record, expected, offer_id, after, limit, paging)
+
+
+def audit_result(result: AuditResult | AuditRefused) -> OpResult:
+    """An `audit` as every world reports it: the complete scan (U-5: status, counts per class,
+    one `[offer_id, state, reason, class]` per record) or the refusal's code with the journal's
+    code and the pages accepted before."""
+    if isinstance(result, AuditRefused):
+        journal_code = None if result.journal_code is None else result.journal_code.value
+        return OpResult(
+            "error",
+            result.code.value,
+            {"journal_code": journal_code, "pages": result.pages},
+            reason="audit",
+        )
+    entries = [
+        [
+            e.offer_id,
+            e.state.value,
+            None if e.recovery_reason is None else e.recovery_reason.value,
+            e.classification.value,
+        ]
+        for e in result.entries
+    ]
+    counts = {k.value: v for k, v in sorted(result.counts.items(), key=lambda kv: kv[0].value)}
+    return OpResult(
+        "ok", None, {"status": result.status.value, "counts": counts, "entries": entries}
+    )
 
 
 def _dispatch(store: TraceJournal, op: Operation) -> Any:
@@ -469,6 +541,11 @@ def _dispatch(store: TraceJournal, op: Operation) -> Any:
         store.acquire()
     elif op.name == "release":
         store.release()
+    elif op.name == "audit":
+        assert op.paging is not None
+        # Both adapters and the reference have the `capacity` the auditor checks its budget
+        # against (U-2); a store without one fails the step as an exception.
+        return StartupAuditor(cast(AuditedJournal, store), Paging(*op.paging)).audit()
     else:  # pragma: no cover - the codec admits no other name
         raise ValueError(f"not a journal operation: {op.name}")
     return None
@@ -480,6 +557,8 @@ def call_store(store: TraceJournal, op: Operation) -> OpResult:
     simulated crash is `crashed`."""
     try:
         value = _dispatch(store, op)
+        if isinstance(value, AuditResult | AuditRefused):
+            return audit_result(value)
     except SimulatedCrash:
         return OpResult("crashed")
     except JournalError as exc:
@@ -502,7 +581,7 @@ def _command_json(command: JournalCommand) -> dict[str, Any]:
 
 def _fault_json(fault: JournalFault) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": fault.kind}
-    for key in ("at", "errno", "offer_id", "damage"):
+    for key in ("at", "errno", "offer_id", "damage", "ms", "what", "stale_window_ms"):
         value = getattr(fault, key)
         if value is not None:
             out[key] = value
@@ -648,7 +727,7 @@ def _command(obj: object, line: int, *, nested: bool) -> JournalCommand:
     actor = obj.get("actor", "main")
     if actor not in ACTORS:
         raise TraceFormatError(line, "command.actor", f"must be one of {ACTORS}")
-    allowed = MUTATIONS if nested else (*OPERATIONS, *COMPOUND)
+    allowed = MUTATIONS if nested else (*OPERATIONS, *OWNERSHIP_COMMANDS, *COMPOUND)
     if name not in allowed:
         raise TraceFormatError(line, "command.name", f"must be one of {allowed}")
     if name in ("batch", "concurrent"):
@@ -664,6 +743,8 @@ def _command(obj: object, line: int, *, nested: bool) -> JournalCommand:
         return JournalCommand(name, {}, "main", operations)
     if name == "race_acquire" and actor != "main":
         raise TraceFormatError(line, "command.actor", "race_acquire is main against rival")
+    if name in OWNERSHIP_COMMANDS and actor != "main":
+        raise TraceFormatError(line, "command.actor", f"{name} is of the main instance")
     required = _ARGS[name]
     _only(args, required, line, "command.args.")
     for key in sorted(required):
@@ -703,16 +784,31 @@ def _fault(obj: object, line: int) -> JournalFault:
         return JournalFault(
             kind, offer_id=_take(obj, "offer_id", str, line, "fault."), damage=damage
         )
-    _only(obj, ("kind",), line, "fault.")
-    return JournalFault(kind)
+    if kind == "clock":
+        _only(obj, ("kind", "ms"), line, "fault.")
+        ms = _take(obj, "ms", int, line, "fault.")
+        if ms < 1:
+            raise TraceFormatError(line, "fault.ms", "must be at least 1")
+        return JournalFault(kind, ms=ms)
+    if kind == "tamper":
+        _only(obj, ("kind", "what"), line, "fault.")
+        what = _take(obj, "what", str, line, "fault.")
+        if what not in TAMPERS:
+            raise TraceFormatError(line, "fault.what", f"must be one of {TAMPERS}")
+        return JournalFault(kind, what=what)
+    _only(obj, ("kind", "stale_window_ms"), line, "fault.")
+    window = obj.get("stale_window_ms")
+    if window is not None and type(window) is not int:
+        raise TraceFormatError(line, "fault.stale_window_ms", "must be an integer")
+    return JournalFault(kind, stale_window_ms=window)
 
 
 def _check_fault(command: JournalCommand | None, fault: JournalFault | None, line: int) -> None:
     if fault is None:
         if command is None:
-            raise TraceFormatError(line, "command", "only a reopen or corrupt step has none")
+            raise TraceFormatError(line, "command", "only an environment step has none")
         return
-    if fault.kind in ("reopen", "corrupt"):
+    if fault.kind in ENVIRONMENT_FAULTS:
         if command is not None:
             raise TraceFormatError(line, "command", f"a {fault.kind} step has no command")
         return
@@ -828,7 +924,10 @@ def step_label(step: JournalStep) -> str:
     """`create`, `rival read`, `concurrent create+create`, `reopen`, `corrupt`, ..."""
     command = step.command
     if command is None:
-        return step.fault.kind if step.fault is not None else "?"
+        if step.fault is None:
+            return "?"
+        detail = step.fault.what or (None if step.fault.ms is None else f"+{step.fault.ms} ms")
+        return step.fault.kind if detail is None else f"{step.fault.kind} {detail}"
     name = command.name
     if command.operations:
         name = f"{name} {'+'.join(c.name for c in command.operations)}"

@@ -1,6 +1,7 @@
-"""The committed corpus (issue 3, item 4): it covers every CONF item of SPEC §1.12 and §2.6 with a
-named trace, holds at least 200 generated model traces, replays cleanly on the reference store,
-and is exactly what its one command regenerates."""
+"""The committed corpus (issue 3, item 4; issue 16 item 1): it covers every CONF item of SPEC
+§1-§3 (RUN, LEASE, RETRY, REC, INBOX) with a named trace in the run or the journal corpus,
+holds at least 200 generated model traces, replays cleanly on the reference store, and is
+exactly what its one command regenerates."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from conformance.journal.trace import JOURNAL_CORPUS
 from conformance.run.adapter import ReferenceAdapter
 from conformance.run.corpus import RUN_CORPUS, read_text, read_trace, spec_id_of, trace_paths
 from conformance.run.replay import replay
@@ -26,15 +28,38 @@ SCHEMA = json.loads(
 CONF_ITEMS = sorted(
     p.id
     for p in PROPERTIES.values()
-    if "CONF" in p.kind and p.id.split("-")[0] in {"RUN", "LEASE", "RETRY", "REC"}
+    if "CONF" in p.kind and p.id.split("-")[0] in {"RUN", "LEASE", "RETRY", "REC", "INBOX"}
 )
+#: CONF items of §1-§3 still without a named trace, each with why (issue 16 item 1). A new
+#: entry needs a reason a third-party adapter cannot run the property as a trace; an entry
+#: whose trace exists fails `test_every_pending_conf_item_is_still_missing`.
+PENDING: dict[str, str] = {
+    "INBOX-39": "terminal retention over the journal and the receipt store: the journal "
+    "vocabulary has no receipt store yet (a `retention` step needs one in every world)",
+    "INBOX-42": "the expiry scanner runs over the Run store's lease_expiry source, so its "
+    "trace is a run trace: the run vocabulary needs a `pass lease_expiry_page` step",
+}
 
 
-def test_every_conf_item_of_1_12_and_2_6_has_a_named_trace() -> None:
-    names = [p.name for p in NAMED]
+def _named_traces() -> list[str]:
+    journal = [p.name for p in trace_paths(JOURNAL_CORPUS) if p.parent == JOURNAL_CORPUS]
+    return [p.name for p in NAMED] + journal
+
+
+def test_every_conf_item_of_sections_1_to_3_has_a_named_trace() -> None:
+    """Every RUN, LEASE, RETRY, REC and INBOX item whose kind includes CONF has a trace named
+    `<ID>-...` in conformance/traces/run or conformance/traces/journal: what a third-party
+    adapter runs (pytest-only checks never reach it)."""
+    names = _named_traces()
     missing = [item for item in CONF_ITEMS if not any(n.startswith(f"{item}-") for n in names)]
-    assert len(CONF_ITEMS) >= 30
-    assert missing == []
+    assert len(CONF_ITEMS) >= 50
+    assert [item for item in missing if item not in PENDING] == []
+
+
+def test_every_pending_conf_item_is_still_missing() -> None:
+    names = _named_traces()
+    assert all(item in CONF_ITEMS for item in PENDING)
+    assert [i for i in PENDING if any(n.startswith(f"{i}-") for n in names)] == []
 
 
 @pytest.mark.parametrize("path", NAMED, ids=lambda p: p.name)
