@@ -48,6 +48,7 @@ from kernel import (
     token_digest,
 )
 from kernel.specs.states import Actor, Profile, RunKind, RunOwner
+from model_tests.corpus import boundaries
 from model_tests.corpus.dsl import LEASE_MS, Scenario, worker
 
 Builder = Callable[[], Trace]
@@ -1066,3 +1067,8 @@ def e_1_cluster(s: Scenario) -> None:
     agg = s.agg("r1")
     assert agg.run.status.value == "cancelled"
     assert [a.status.value for a in agg.attempts] == ["cancelled"]
+
+
+# -- issue 16 item 1: one trace per decision boundary of every candidate source, derived from
+# the selection oracle (model_tests.corpus.boundaries; its coverage report names each one).
+SCENARIOS.update(boundaries.scenarios())
