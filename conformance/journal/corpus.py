@@ -37,7 +37,9 @@ from conformance.journal.trace import (
     JOURNAL_CORPUS,
     MUTATIONS,
     OWNERSHIP_COMMANDS,
+    RECEIPT_TAMPERS,
     RECORD_MAX,
+    RETENTION_COMMANDS,
     Alternative,
     JournalCommand,
     JournalConfig,
@@ -49,6 +51,7 @@ from conformance.journal.trace import (
     outcome_vector,
     project_record,
     projection_digest,
+    receipt_trace_document,
     record_trace_document,
 )
 from conformance.run.corpus import read_text, trace_paths, write_text
@@ -58,6 +61,8 @@ from kernel.entities import WorkerSession
 from kernel.outcomes import Rejected
 from kernel.specs import (
     HARD_LIMITS,
+    RETENTION_ORDER,
+    CompletionOutcome,
     DeliveryKind,
     JournalState,
     LeaseStatus,
@@ -89,6 +94,7 @@ from kernel.worker import (
 )
 from kernel.worker.delivery import decide_delivery
 from runners.worker.journal.lock import DEFAULT_STALE_WINDOW_MS
+from runners.worker.posix.receipts import Receipt
 
 T0: Final = 1_000_000
 WALK_SEED: Final = 6_000
@@ -321,12 +327,15 @@ class JournalRecorder:
             self.capabilities.add("concurrency")
         if command is not None and (command.name == "race_acquire" or command.actor != "main"):
             self.capabilities.add("second_process")
-        if (fault is not None and fault.kind in ("clock", "tamper")) or (
+        receipts = fault is not None and fault.what in RECEIPT_TAMPERS
+        if (fault is not None and fault.kind in ("clock", "tamper") and not receipts) or (
             fault is not None and fault.stale_window_ms is not None
         ):
             self.capabilities.add("ownership")
         if command is not None and command.name in OWNERSHIP_COMMANDS:
             self.capabilities.add("ownership")
+        if receipts or (command is not None and command.name in RETENTION_COMMANDS):
+            self.capabilities.add("retention")
 
     def _alternatives(
         self, before: ReferenceWorld, command: JournalCommand
@@ -471,6 +480,35 @@ class JournalRecorder:
 
     def corrupt(self, oid: str, damage: str) -> Performed:
         return self.step(None, JournalFault("corrupt", offer_id=oid, damage=damage), expect="ok")
+
+    def receipt(self, receipt: Receipt, *, expect: str | None = "ok") -> Performed:
+        document = receipt_trace_document(receipt, self.names)
+        return self.step(JournalCommand("receipt", {"receipt": document}), expect=expect)
+
+    def retention(
+        self,
+        cursor: str | None,
+        observed_at_ms: int,
+        retention_ms: int,
+        *,
+        page_size: int = 16,
+        delete_budget: int = 8,
+        expect: str | None = "ok",
+    ) -> Performed:
+        """One §3.14 call; checked here against the page and delete bounds it was given."""
+        args = {
+            "cursor": cursor,
+            "observed_at_ms": observed_at_ms,
+            "retention_ms": retention_ms,
+            "page_size": page_size,
+            "delete_budget": delete_budget,
+        }
+        done = self.step(JournalCommand("retention", args), expect=expect)
+        if done.kind == "ok" and (
+            done.result["examined"] > page_size or len(done.result["deleted"]) > delete_budget
+        ):
+            raise ScenarioError(f"{self.header.name}: retention beyond its bounds {done.result}")
+        return done
 
     def trace(self) -> JournalTrace:
         header = TraceHeader(
@@ -1270,6 +1308,98 @@ def inbox_35_replaced_worker_converges() -> JournalTrace:
     return r.trace()
 
 
+def _receipt(generation: int) -> Receipt:
+    """The completion receipt of Run `r<generation>`'s Attempt, with the callback token whose
+    digest the `completed` path journals (`trace_token("callback-<generation>")`)."""
+    return Receipt(
+        run_id=f"r{generation}",
+        attempt_id=f"r{generation}-a1",
+        executor_started_at_ms=T0 + 2,
+        callback_sequence=1,
+        outcome=CompletionOutcome.SUCCEEDED,
+        exit_code=0,
+        finished_at_ms=T0 + 4,
+        callback_token=trace_token(f"callback-{generation}"),
+    )
+
+
+#: INBOX-39's journal: one Attempt per record, in every kind of state retention meets.
+_RETENTION_WORLD: Final = (
+    (1, "completed", None),
+    (2, "start_failed", None),
+    (3, "recovery", None),
+    (4, "completed", 5),  # running_acknowledged: never eligible (INBOX-07)
+    (5, "completed", 3),  # launching
+    (6, "completed", None),
+    (7, "completed", 1),  # accepted
+    (8, "completed", None),
+)
+
+
+def inbox_39_terminal_retention() -> JournalTrace:
+    minute = HARD_LIMITS.terminal_retention_ms.minimum
+    r = JournalRecorder(
+        "INBOX-39-retention-deletes-only-old-final-records-receipts-first-within-the-budget",
+        "INBOX-39: the Worker's terminal retention (1 min..30 days, else rejected) deletes only "
+        "completion_acknowledged and start_failure_acknowledged records strictly older than "
+        "the retention, in page order, the receipt first (confirm the revision, delete the "
+        "receipt, remove the record); at most the delete budget per call (the call stops "
+        "there, the rest next call); a failed receipt cleanup keeps record and receipt; "
+        "active, running_acknowledged and recovery_required records and their receipts stay",
+    )
+    chains = {g: chain(g, path)[:end] for g, path, end in _RETENTION_WORLD}
+    r.acquire()
+    for records in chains.values():
+        r.create(records[0])
+        for record in records[1:]:
+            r.replace(record, record.revision - 1)
+    for g in chains:  # every Attempt has a receipt, whatever its state: a wrong deletion shows
+        r.receipt(_receipt(g))
+    r.receipt(_receipt(1), expect="RECEIPT_EXISTS")
+    finals = {g: c[-1] for g, c in chains.items() if c[-1].state in RETENTION_ORDER}
+    acked = max(c[-1].updated_at_ms for c in chains.values())
+    window = HARD_LIMITS.terminal_retention_ms
+    for bad in (window.minimum - 1, window.maximum + 1):
+        r.retention(None, acked + window.maximum * 2, bad, expect="invalid")
+    for page, budget in ((0, 8), (65, 8), (16, 0), (16, 65)):
+        r.retention(
+            None, acked + 2 * minute, minute, page_size=page, delete_budget=budget, expect="invalid"
+        )
+    # Exactly the retention old is not older than it: nothing goes (start_failure_acknowledged
+    # dates from its updated_at_ms, completion_acknowledged from completion_acknowledged_at_ms).
+    oldest = min(finals.values(), key=lambda c: c.updated_at_ms)
+    done = r.retention(None, oldest.updated_at_ms + minute, minute, page_size=64)
+    if done.result["deleted"] or done.result["cursor"] is not None:
+        raise ScenarioError("INBOX-39: a record exactly the retention old was deleted")
+    done = r.retention(None, acked + minute, minute, page_size=64)
+    if done.result["deleted"] != [oldest.offer_id]:
+        raise ScenarioError(f"INBOX-39: one ms older, only {oldest.offer_id} goes")
+    # A failed receipt cleanup keeps the record (and the receipt); the next pass deletes both.
+    r.tamper("receipts_loosened")
+    done = r.retention(None, acked + minute + 1, minute, page_size=64)
+    if done.result["deleted"] or len(done.result["kept"]) != len(finals) - 1:
+        raise ScenarioError("INBOX-39: a record went while its receipt could not be deleted")
+    r.tamper("receipts_restored")
+    # A small page and a budget of one: each call stops at its first deletion, the cursor
+    # walks on, and at the end of the journal it resets to the start.
+    cursor: str | None = None
+    for _ in range(2 * len(chains)):
+        done = r.retention(cursor, acked + minute + 1, minute, page_size=3, delete_budget=1)
+        cursor = done.result["cursor"]
+        if cursor is None:
+            break
+    else:
+        raise ScenarioError("INBOX-39: the scan never reached the end of the journal")
+    left = {c[0].offer_id: c[-1] for g, c in chains.items() if g not in finals}
+    r.list(None, 64, ids=sorted(left))
+    for g, records in chains.items():
+        r.read(records[0].offer_id, record=None if g in finals else records[-1])
+    done = r.retention(None, acked + window.maximum * 2, window.maximum, page_size=64)
+    if done.result["deleted"] or done.result["examined"] != len(left):
+        raise ScenarioError("INBOX-39: retention deleted an active or lease-lost record")
+    return r.trace()
+
+
 SCENARIOS: Final[dict[str, Callable[[], JournalTrace]]] = {
     "INBOX-02-stale-expected-revision-changes-nothing": inbox_02_stale_expected_revision,
     "INBOX-15-crash-at-every-create-step-leaves-last-durable-revision": inbox_15_crash_create,
@@ -1318,6 +1448,9 @@ SCENARIOS: Final[dict[str, Callable[[], JournalTrace]]] = {
     ),
     "INBOX-35-a-worker-replaced-before-its-completion-write-converges-after-restart": (
         inbox_35_replaced_worker_converges
+    ),
+    "INBOX-39-retention-deletes-only-old-final-records-receipts-first-within-the-budget": (
+        inbox_39_terminal_retention
     ),
 }
 

@@ -21,8 +21,13 @@ changes nothing, a crash after commit applies the change, both raise `SimulatedC
 
 `ReferenceWorld` is the reference behind the journal world of a trace (`conformance.
 journal_replay.JournalWorld`): the instance under test (`main`), a `rival` owner of the same root,
-restarts and backdoor corruption. It is what `conformance.journal.corpus` records traces from; it
-is never itself a runner under test.
+restarts and backdoor corruption, and a receipt store (`ReferenceReceipts`) for terminal
+retention. Its retention (§3.14) is the kernel's alone, not the Worker runtime's
+(`runners.worker.retention`, which the adapters' worlds run): `plan_page` decides what one call
+deletes and the cursor, `steps_for` the order of each record's steps (`RETENTION_ORDER`:
+confirm the revision, delete the receipt, remove the record), `kept_reason` why a failed step
+keeps it, and `journal_step(RetentionDelete)` whether the record may go at all. It is what
+`conformance.journal.corpus` records traces from; it is never itself a runner under test.
 """
 
 from __future__ import annotations
@@ -36,39 +41,70 @@ from typing import Final
 
 from conformance.journal.trace import (
     DEFAULT_CAPACITY,
+    RECEIPTS_MODE_STRAY,
     RECORD_MAX,
     ROOT_MODE_STRAY,
+    Effects,
     JournalCommand,
     JournalFault,
     JournalProjection,
+    LoggedJournal,
+    LoggedReceipts,
     Operation,
     OpResult,
+    RetentionCall,
     SimulatedCrash,
     call_store,
     damaged,
     decode_operation,
     projection,
+    retention_result,
 )
 from kernel.specs import (
     HARD_LIMITS,
     REFUSAL_CODES,
     Code,
+    IntRange,
     OwnershipState,
     OwnershipTrigger,
+    RetentionStep,
     check_in_range,
     next_ownership_state,
 )
-from kernel.worker import JournalCorrupt, JournalRecord, decode_record, encode_record
+from kernel.worker import (
+    JournalApplied,
+    JournalCorrupt,
+    JournalRecord,
+    RetentionDelete,
+    check_retention_ms,
+    decode_record,
+    encode_record,
+    journal_step,
+    kept_reason,
+    observation_ms,
+    plan_page,
+    steps_for,
+)
 from runners.worker.journal.lock import DEFAULT_STALE_WINDOW_MS
 from runners.worker.journal.port import JournalError, JournalPage
+from runners.worker.posix.receipts import (
+    Receipt,
+    ReceiptDeleteError,
+    ReceiptErrorCode,
+    ReceiptStoreError,
+    ReceiptWriteError,
+    encode_receipt,
+)
 
-__all__ = ["ReferenceJournal", "ReferenceRoot", "ReferenceWorld"]
+__all__ = ["ReferenceJournal", "ReferenceReceipts", "ReferenceRoot", "ReferenceWorld"]
 
 _OFFER_ID: Final = re.compile(r"[0-9a-f]{64}")
 _PAGE_MAX: Final = HARD_LIMITS.journal_list_page_max
 _CAPACITY_MAX: Final = HARD_LIMITS.journal_capacity_max
 _WINDOW: Final = HARD_LIMITS.journal_stale_window_ms
 _REFRESH_DIVISOR: Final = HARD_LIMITS.journal_refresh_divisor  # W-4: every half window
+_RETENTION_PAGE: Final = IntRange(1, HARD_LIMITS.terminal_retention_page_size_max)
+_RETENTION_DELETES: Final = IntRange(1, HARD_LIMITS.terminal_retention_deletes_max)
 _IDS = itertools.count(1)
 
 
@@ -280,17 +316,84 @@ class ReferenceJournal:
         return JournalPage(tuple(records), cursor, len(later) > limit)
 
 
+def _code(value: str | None) -> Code | str | None:
+    """The kernel's code for `kept_reason` (a receipt store's code stays a string)."""
+    try:
+        return None if value is None else Code(value)
+    except ValueError:
+        return value
+
+
+class ReferenceReceipts:
+    """The world's completion receipt store (§3.11), in memory: receipts by Attempt ID and
+    whether the directory is private. As the POSIX store: a directory that is not private
+    fails every publish and delete with `RECEIPT_PERMISSIONS`; a second publish for one
+    Attempt is `RECEIPT_EXISTS` (a receipt is immutable); deleting a missing one succeeds."""
+
+    def __init__(self) -> None:
+        self.stored: dict[str, Receipt] = {}
+        self.private = True
+
+    def _check(self, error: type[ReceiptStoreError]) -> None:
+        if not self.private:
+            raise error(ReceiptErrorCode.RECEIPT_PERMISSIONS, "directory_mode")
+
+    def publish(self, receipt: Receipt) -> None:
+        self._check(ReceiptWriteError)
+        if receipt.attempt_id in self.stored:
+            raise ReceiptWriteError(ReceiptErrorCode.RECEIPT_EXISTS, "exists")
+        self.stored[receipt.attempt_id] = receipt
+
+    def read(self, attempt_id: str) -> Receipt | None:
+        return self.stored.get(attempt_id)
+
+    def delete(self, attempt_id: str) -> None:
+        self._check(ReceiptDeleteError)
+        self.stored.pop(attempt_id, None)
+
+
+def _retention_step(
+    step: RetentionStep,
+    record: JournalRecord,
+    journal: LoggedJournal,
+    receipts: LoggedReceipts,
+    observed_at_ms: int,
+) -> tuple[str | None, bool] | None:
+    """One §3.14 step on the reference: `None` when it succeeded, else `(code, refused by the
+    kernel)`."""
+    try:
+        if step is RetentionStep.CONFIRM_REVISION:
+            if journal.read(record.offer_id) != record:
+                return Code.JOURNAL_REVISION_CONFLICT.value, False
+        elif step is RetentionStep.DELETE_RECEIPT:
+            receipts.delete(record.offer.lease.attempt_id)
+        else:
+            now = observation_ms(record, observed_at_ms)
+            decided = journal_step(record, RetentionDelete(), now)
+            if not isinstance(decided, JournalApplied) or decided.record is not None:
+                return decided.code.value, True
+            journal.remove(record.offer_id, record.revision)
+    except JournalError as exc:
+        return exc.code.value, False
+    except ReceiptStoreError as exc:
+        return exc.code.value, False
+    return None
+
+
 class ReferenceWorld:
     """The reference behind a journal trace: `main` (restarted by `reopen`), a `rival` owner of
     the same root, and the backdoor (see the module docstring). Concurrent operations run one
     after another in the order given; `race_acquire` lets `main` try first."""
 
     name = "reference"
-    capabilities = frozenset({"faults", "corruption", "second_process", "concurrency", "ownership"})
+    capabilities = frozenset(
+        {"faults", "corruption", "second_process", "concurrency", "ownership", "retention"}
+    )
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self.capacity = capacity
         self.root = ReferenceRoot()
+        self.receipts = ReferenceReceipts()
         self.main = ReferenceJournal(self.root, capacity=capacity)
         self.rival = ReferenceJournal(self.root, capacity=capacity)
         self.crashed = False  # the main instance died at a fault; only `reopen` follows
@@ -344,6 +447,9 @@ class ReferenceWorld:
 
     def tamper(self, what: str) -> OpResult:
         root = self.root
+        if what in ("receipts_loosened", "receipts_restored"):
+            self.receipts.private = what == "receipts_restored"
+            return OpResult("ok")
         if what in ("lock_removed", "lock_mtime_changed") and root.holder is None:
             raise RuntimeError(f"tamper {what}: there is no lock")
         if what == "lock_removed":
@@ -366,6 +472,61 @@ class ReferenceWorld:
             "ok", None, {"started": main.timers_started, "interval_ms": interval, "threads": 0}
         )
 
+    def receipt(self, receipt: Receipt) -> OpResult:
+        """Publish a completion receipt (as the launch wrapper would)."""
+        try:
+            self.receipts.publish(receipt)
+        except ReceiptStoreError as exc:
+            return OpResult("error", exc.code.value, reason=exc.reason)
+        return OpResult("ok")
+
+    def retention(self, call: RetentionCall) -> OpResult:
+        """One call of §3.14 over `main` and the receipts, from the kernel alone (module doc).
+        A bound outside its range (retention 1 min..30 days, page 1..64, deletes 1..64, a
+        negative observation time) is `invalid` before any call."""
+        try:
+            check_retention_ms(call.retention_ms)
+            check_in_range(call.page_size, _RETENTION_PAGE, field="page_size")
+            check_in_range(call.delete_budget, _RETENTION_DELETES, field="delete_budget")
+            if call.observed_at_ms < 0:
+                raise ValueError("observed_at_ms")
+        except ValueError:
+            return OpResult("invalid")
+        effects: Effects = []
+        journal = LoggedJournal(self._store("main"), effects)
+        receipts = LoggedReceipts(self.receipts, effects)
+        try:
+            page = journal.list(call.cursor, call.page_size)
+        except JournalError as exc:
+            return retention_result(
+                call.cursor, 0, deleted=(), kept=(), code=exc.code.value, effects=effects
+            )
+        except ValueError:
+            return OpResult("invalid")
+        plan = plan_page(
+            page.records,
+            has_more=page.has_more,
+            cursor=call.cursor,
+            observed_at_ms=call.observed_at_ms,
+            retention_ms=call.retention_ms,
+            delete_budget=call.delete_budget,
+        )
+        deleted: list[str] = []
+        kept: list[tuple[str, str, str | None]] = []
+        for record in plan.delete:
+            for step in steps_for(record):
+                failure = _retention_step(step, record, journal, receipts, call.observed_at_ms)
+                if failure is not None:
+                    code, refused = failure
+                    reason = kept_reason(step, _code(code), refused=refused)
+                    kept.append((record.offer_id, reason.value, code))
+                    break
+            else:
+                deleted.append(record.offer_id)
+        return retention_result(
+            plan.cursor, plan.examined, deleted=deleted, kept=kept, code=None, effects=effects
+        )
+
     def corrupt(self, offer_id: str, damage: str) -> OpResult:
         data = self.root.stored.get(offer_id)
         if data is None:
@@ -375,7 +536,13 @@ class ReferenceWorld:
 
     def project(self) -> JournalProjection:
         strays = () if self.root.private else (ROOT_MODE_STRAY,)
-        return projection(((oid, data, None) for oid, data in self.root.stored.items()), strays)
+        if not self.receipts.private:
+            strays = (*strays, RECEIPTS_MODE_STRAY)
+        return projection(
+            ((oid, data, None) for oid, data in self.root.stored.items()),
+            strays,
+            ((aid, encode_receipt(r)) for aid, r in self.receipts.stored.items()),
+        )
 
     def close(self) -> None:
         return None

@@ -28,7 +28,13 @@ SQLITE_IOERR_WRITE (EIO), SQLITE_READONLY (EACCES) or, at `fsync`, SQLITE_IOERR_
 replayer checks the adapter reports that reason.
 
 A `JournalWorld` is what a trace runs against: the `main` instance, a `rival` owner of the same
-root (a second real process for the adapters), restarts and the backdoor. `replay(trace,
+root (a second real process for the adapters), restarts and the backdoor. A binding with the
+`retention` capability also gets a receipt store: a real `CompletionReceiptStore` in a private
+directory beside the root (`<root>-receipts`, created at the first `receipt`, `retention` or
+receipts `tamper` step), and a `retention` step runs the Worker runtime's own
+`runners.worker.retention.TerminalRetention` over the main instance and that store, both
+wrapped so that every call it makes is logged in order (`LoggedJournal`, `LoggedReceipts`).
+`replay(trace,
 make_world)` performs every step, compares outcome, result, the untouched claim and the full
 projection, and reports the first divergence with a field-level diff.
 """
@@ -58,16 +64,22 @@ from typing import Any, Final, Protocol, TypeVar, cast
 from conformance.journal.reference import ReferenceWorld
 from conformance.journal.trace import (
     JOURNAL_CORPUS,
+    RECEIPT_TAMPERS,
+    RECEIPTS_MODE_STRAY,
     ROOT_MODE_STRAY,
     TAMPERS,
+    Effects,
     JournalCommand,
     JournalConfig,
     JournalFault,
     JournalProjection,
     JournalStep,
     JournalTrace,
+    LoggedJournal,
+    LoggedReceipts,
     Operation,
     OpResult,
+    RetentionCall,
     SimulatedCrash,
     TraceJournal,
     call_store,
@@ -77,6 +89,7 @@ from conformance.journal.trace import (
     loads,
     outcome_vector,
     projection,
+    retention_result,
     step_label,
 )
 from conformance.report import Outcome, Summary
@@ -92,6 +105,8 @@ from runners.worker.journal.lock import (
 )
 from runners.worker.journal.port import JournalError
 from runners.worker.journal.sqlite import DATABASE_NAME, SqliteJournal
+from runners.worker.posix.receipts import CompletionReceiptStore, Receipt, ReceiptStoreError
+from runners.worker.retention import TerminalRetention
 
 __all__ = [
     "ADAPTERS",
@@ -144,6 +159,10 @@ class JournalWorld(Protocol):
     def refresh(self) -> OpResult: ...
 
     def timers(self) -> OpResult: ...
+
+    def receipt(self, receipt: Receipt) -> OpResult: ...
+
+    def retention(self, call: RetentionCall) -> OpResult: ...
 
     def project(self) -> JournalProjection: ...
 
@@ -201,6 +220,14 @@ def perform(
         return _performed(world.refresh())
     if command.name == "timers":
         return _performed(world.timers())
+    if command.name == "receipt":
+        receipt = decode_operation(command).receipt
+        assert receipt is not None
+        return _performed(world.receipt(receipt))
+    if command.name == "retention":
+        call = decode_operation(command).retention
+        assert call is not None
+        return _performed(world.retention(call))
     if command.name == "batch":
         results = [world.call("main", c, None) for c in command.operations]
         return Performed(
@@ -465,7 +492,9 @@ class FileBinding:
 
     name = "file"
     spec = "file"
-    capabilities = frozenset({"faults", "corruption", "second_process", "concurrency", "ownership"})
+    capabilities = frozenset(
+        {"faults", "corruption", "second_process", "concurrency", "ownership", "retention"}
+    )
 
     def open(self, root: Path, capacity: int) -> Instance:
         return _FileInstance(root, capacity)
@@ -599,7 +628,9 @@ class SqliteBinding:
 
     name = "sqlite"
     spec = "sqlite"
-    capabilities = frozenset({"faults", "corruption", "second_process", "concurrency", "ownership"})
+    capabilities = frozenset(
+        {"faults", "corruption", "second_process", "concurrency", "ownership", "retention"}
+    )
 
     def open(self, root: Path, capacity: int) -> Instance:
         return _SqliteInstance(root, capacity)
@@ -749,11 +780,15 @@ class RealWorld:
     """An adapter on a real root (see the module docstring). `main` is an instance of this
     process; the rival is a second process, started at its first step."""
 
-    def __init__(self, binding: JournalBinding, root: Path, capacity: int) -> None:
+    def __init__(
+        self, binding: JournalBinding, root: Path, capacity: int, receipts: Path | None = None
+    ) -> None:
         self.binding = binding
         self.name = binding.name
         self.capabilities = binding.capabilities
         self.root = root
+        self.receipts_root = receipts or root.with_name(f"{root.name}-receipts")
+        self._receipts: CompletionReceiptStore | None = None
         self.capacity = capacity
         self.clock = TraceClock(time.time_ns(), time.monotonic_ns())
         self._threads = {thread.ident for thread in threading.enumerate()}
@@ -846,8 +881,54 @@ class RealWorld:
         return OpResult("ok")
 
     def tamper(self, what: str) -> OpResult:
+        if what in RECEIPT_TAMPERS:
+            os.chmod(self.receipt_store.root, DIR_MODE if what == "receipts_restored" else 0o750)
+            return OpResult("ok")
         self._owned.tamper(self.root, what)
         return OpResult("ok")
+
+    @property
+    def receipt_store(self) -> CompletionReceiptStore:
+        """The world's receipt store (`retention` capability), made private on first use."""
+        if "retention" not in self.capabilities:
+            raise ValueError(f"{self.name}: the binding lacks the retention capability")
+        if self._receipts is None:
+            self._receipts = CompletionReceiptStore(self.receipts_root.absolute())
+            self._receipts.ensure_directory()
+        return self._receipts
+
+    def receipt(self, receipt: Receipt) -> OpResult:
+        try:
+            self.receipt_store.publish(receipt)
+        except ReceiptStoreError as exc:
+            return OpResult("error", exc.code.value, reason=exc.reason)
+        return OpResult("ok")
+
+    def retention(self, call: RetentionCall) -> OpResult:
+        """One call of the Worker runtime's terminal retention (§3.14) over the main instance
+        and the world's receipts, every call it makes logged in order."""
+        effects: Effects = []
+        journal = LoggedJournal(self.main.store, effects)
+        receipts = LoggedReceipts(self.receipt_store, effects)
+        try:
+            retention = TerminalRetention(
+                journal, receipts, call.retention_ms, call.page_size, call.delete_budget
+            )
+            done = retention.run(call.cursor, call.observed_at_ms)
+        except ValueError:
+            return OpResult("invalid")
+        kept = [
+            (k.offer_id, k.reason.value, None if k.code is None else k.code.value)
+            for k in done.kept
+        ]
+        return retention_result(
+            done.cursor,
+            done.examined,
+            deleted=done.deleted_offer_ids,
+            kept=kept,
+            code=None if done.code is None else done.code.value,
+            effects=effects,
+        )
 
     def refresh(self) -> OpResult:
         self._owned  # noqa: B018
@@ -877,7 +958,11 @@ class RealWorld:
         entries, strays = self.binding.stored(self.root)
         if "ownership" in self.capabilities and not self._owned.root_private(self.root):
             strays = [*strays, ROOT_MODE_STRAY]
-        return projection(entries, strays)
+        receipts: list[tuple[str, bytes]] = []
+        if self._receipts is not None:
+            receipts, more = _stored_receipts(self._receipts.root)
+            strays = [*strays, *more]
+        return projection(entries, strays, receipts)
 
     def close(self) -> None:
         if "ownership" in self.capabilities and self.root.is_dir():
@@ -889,6 +974,25 @@ class RealWorld:
             with contextlib.suppress(JournalError):
                 instance.store.release()
             instance.close()
+
+
+def _stored_receipts(root: Path) -> tuple[list[tuple[str, bytes]], list[str]]:
+    """The receipt directory read without the store's code: every `<attempt_id>.json` with its
+    bytes, and as strays the directory's mode when it is not `0700`, a receipt that is not
+    `0600` and any other visible entry (temporaries start with a dot and are never visible)."""
+    found: list[tuple[str, bytes]] = []
+    strays = [] if _root_private(root) else [RECEIPTS_MODE_STRAY]
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        name = entry.name
+        if name.startswith("."):
+            continue
+        if not name.endswith(".json") or not entry.is_file(follow_symlinks=False):
+            strays.append(f"<receipts>/{name}")
+            continue
+        if not _private_mode(root / name):
+            strays.append(f"<receipts>/{name}:mode")
+        found.append((name.removesuffix(".json"), (root / name).read_bytes()))
+    return found, strays
 
 
 def world_factory(
@@ -943,6 +1047,12 @@ class _Scratch:
 
     def timers(self) -> OpResult:
         return self.world.timers()
+
+    def receipt(self, receipt: Receipt) -> OpResult:
+        return self.world.receipt(receipt)
+
+    def retention(self, call: RetentionCall) -> OpResult:
+        return self.world.retention(call)
 
     def project(self) -> JournalProjection:
         return self.world.project()

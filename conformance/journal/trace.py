@@ -4,16 +4,20 @@ component").
 A journal trace is a JSON Lines file like a run trace: a header line (component `journal`, plus
 `config` with the journal's capacity) and one line per step. A step's `command` is a journal port
 operation (`create`, `replace`, `remove`, `read`, `list`), the startup auditor's read-only scan
-(`audit`), an ownership operation (`acquire`, `release`) or the refresh timer (`refresh`: fire
-it once; `timers`: what was started), optionally by another `actor` (`rival`: a second real
+(`audit`), an ownership operation (`acquire`, `release`), the refresh timer (`refresh`: fire
+it once; `timers`: what was started) or the Worker's terminal retention (`receipt`: publish a
+completion receipt into the world's receipt store; `retention`: one call of §3.14 over the main
+instance and that store, its result listing every journal and receipt call it made, in order),
+optionally by another `actor` (`rival`: a second real
 process on the same root), or a compound step (`batch`, `concurrent`, `race_acquire`). Faults
 are ordinary steps: `crash_before_commit` / `crash_after_commit` / `io_error` on a mutation,
 and the command-less `reopen` (restart: release, a new adapter instance acquires, optionally
 with another stale window), `corrupt` (damaged bytes written through the backdoor), `clock`
 (the world's clocks move forward) and `tamper` (the lock or the root's mode changed behind the
 adapter's back). The expectation is the outcome (`ok`, `error` + code, `invalid`, `crashed`),
-the result of a read, list or audit, and the full canonical projection of the durable journal
-read by a backdoor reader (with `<root>:mode` among the strays when the root is not private).
+the result of a read, list, audit or retention, and the full canonical projection of the durable
+journal read by a backdoor reader (with `<root>:mode` among the strays when the root is not
+private, and the world's receipts, by Attempt, once it holds any).
 
 Records appear in commands as their canonical document with the lease token as a placeholder
 `{"token": "<name>"}` (`conformance.run.trace.trace_token`), and in projections with the token as
@@ -48,6 +52,12 @@ from kernel.worker import JournalCorrupt, JournalRecord, decode_record, encode_r
 from kernel.worker.auditor import AuditResult
 from runners.worker.auditor import AuditedJournal, AuditRefused, StartupAuditor
 from runners.worker.journal.port import JournalError, JournalPage, JournalStore
+from runners.worker.posix.receipts import (
+    Receipt,
+    ReceiptStoreError,
+    decode_receipt,
+    encode_receipt,
+)
 
 __all__ = [
     "ACTORS",
@@ -65,7 +75,10 @@ __all__ = [
     "MUTATIONS",
     "OPERATIONS",
     "OWNERSHIP_COMMANDS",
+    "RECEIPTS_MODE_STRAY",
+    "RECEIPT_TAMPERS",
     "RECORD_MAX",
+    "RETENTION_COMMANDS",
     "ROOT_MODE_STRAY",
     "TAMPERS",
     "Alternative",
@@ -76,8 +89,12 @@ __all__ = [
     "JournalProjection",
     "JournalStep",
     "JournalTrace",
+    "LoggedJournal",
+    "LoggedReceipts",
     "OpResult",
     "Operation",
+    "ReceiptPort",
+    "RetentionCall",
     "SimulatedCrash",
     "TraceJournal",
     "audit_result",
@@ -93,11 +110,14 @@ __all__ = [
     "loads",
     "outcome_vector",
     "page_result",
+    "project_receipt",
     "project_record",
     "project_stored",
     "projection",
     "projection_digest",
+    "receipt_trace_document",
     "record_trace_document",
+    "retention_result",
     "show_lines",
     "step_label",
 ]
@@ -113,6 +133,10 @@ MUTATIONS: Final = ("create", "replace", "remove")
 #: started (W-4, F-11); both need the `ownership` capability (INBOX-23, INBOX-24).
 OPERATIONS: Final = (*MUTATIONS, "read", "list", "acquire", "release", "audit")
 OWNERSHIP_COMMANDS: Final = ("refresh", "timers")
+#: `receipt` publishes a completion receipt into the world's receipt store; `retention` runs one
+#: call of the Worker's terminal retention (§3.14) over the main instance and that store. Both
+#: are of the main instance and need the `retention` capability (INBOX-39).
+RETENTION_COMMANDS: Final = ("receipt", "retention")
 COMPOUND: Final = ("batch", "concurrent", "race_acquire")
 #: `main`: the adapter instance under test; `rival`: a second process on the same root;
 #: `winner` / `loser`: whichever of the two won / lost the last `race_acquire`.
@@ -132,8 +156,16 @@ ERRNOS: Final = ("ENOSPC", "EIO", "EACCES")
 DAMAGES: Final = ("truncated", "one_byte_short", "not_json", "empty", "schema_violation")
 #: How a `tamper` step changes the root behind the adapter's back (INBOX-16, INBOX-22):
 #: the lock directory removed or its mtime moved back one second; the root given group bits
-#: (`0750`) or made private (`0700`) again.
-TAMPERS: Final = ("lock_removed", "lock_mtime_changed", "root_loosened", "root_restored")
+#: (`0750`) or made private (`0700`) again; or the world's receipt directory likewise (every
+#: receipt deletion then fails `RECEIPT_PERMISSIONS`: a failed receipt cleanup, INBOX-39).
+RECEIPT_TAMPERS: Final = ("receipts_loosened", "receipts_restored")
+TAMPERS: Final = (
+    "lock_removed",
+    "lock_mtime_changed",
+    "root_loosened",
+    "root_restored",
+    *RECEIPT_TAMPERS,
+)
 #: `clock` moves the world's wall and monotonic clocks forward by `ms` (nothing else moves
 #: them: a trace's timing is exact on any machine); `tamper` is one of `TAMPERS`; both, like a
 #: `reopen` with a `stale_window_ms`, need the `ownership` capability.
@@ -149,6 +181,8 @@ FAULT_KINDS: Final = (
 ENVIRONMENT_FAULTS: Final = ("reopen", "corrupt", "clock", "tamper")
 #: The stray a projection lists when the root is not private (`0700`, F-1).
 ROOT_MODE_STRAY: Final = "<root>:mode"
+#: The stray a projection lists when the world's receipt directory is not private.
+RECEIPTS_MODE_STRAY: Final = "<receipts>:mode"
 EXPECT_KINDS: Final = ("ok", "error", "invalid", "crashed", "batch", "concurrent")
 
 JournalProjection = dict[str, list[Any]]
@@ -238,6 +272,21 @@ class Operation:
     after: str | None = None
     limit: int | None = None
     paging: tuple[int, int] | None = None  # audit: (page size, pages)
+    receipt: Receipt | None = None  # receipt
+    retention: RetentionCall | None = None  # retention
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionCall:
+    """One `retention` step (§3.14): the Worker's terminal retention built with `retention_ms`,
+    `page_size` and `delete_budget` (out of range: `invalid`), run once after `cursor` at
+    `observed_at_ms`. The trace carries the values as they are, so a bound is a trace too."""
+
+    cursor: str | None
+    observed_at_ms: int
+    retention_ms: int
+    page_size: int
+    delete_budget: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +353,35 @@ def decode_trace_record(value: object, line: int, field: str) -> JournalRecord:
     return record
 
 
+def receipt_trace_document(receipt: Receipt, names: TokenNames) -> dict[str, Any]:
+    """The canonical receipt document with the callback token as `{"token": "<name>"}`."""
+    document: dict[str, Any] = json.loads(encode_receipt(receipt))
+    document["callback_token"] = names.name_of(receipt.callback_token)
+    return document
+
+
+def decode_trace_receipt(value: object, line: int, field: str) -> Receipt:
+    """The receipt a trace document stands for; it must be canonical and valid (§3.11)."""
+    if not isinstance(value, dict):
+        raise TraceFormatError(line, field, "must be a receipt document")
+    placeholder = value.get("callback_token")
+    if (
+        not isinstance(placeholder, dict)
+        or set(placeholder) != {"token"}
+        or not isinstance(placeholder["token"], str)
+        or not placeholder["token"]
+    ):
+        raise TraceFormatError(line, field, 'callback_token: must be {"token": "<name>"}')
+    document = dict(value) | {"callback_token": trace_token(placeholder["token"]).reveal()}
+    try:
+        receipt = decode_receipt(canonical(document).encode("utf-8"))
+    except ReceiptStoreError as exc:
+        raise TraceFormatError(line, field, f"not a valid receipt ({exc.reason})") from None
+    if receipt_trace_document(receipt, TokenNames()) != value:
+        raise TraceFormatError(line, field, "not the canonical document of its receipt")
+    return receipt
+
+
 # -- projection ------------------------------------------------------------------------------
 def project_record(record: JournalRecord) -> dict[str, Any]:
     """A revision as every projection shows it: the canonical document, the lease token as its
@@ -333,16 +411,46 @@ def project_stored(offer_id: str, data: bytes, revision: int | None = None) -> d
     return project_record(record)
 
 
+def project_receipt(attempt_id: str, data: bytes) -> dict[str, Any]:
+    """A stored receipt as every projection shows it: its document with the callback token as
+    its SHA-256 digest, or `corrupt` with the size and SHA-256 of the bytes (never a token)."""
+    try:
+        receipt = decode_receipt(data)
+    except ReceiptStoreError:
+        receipt = None
+    if receipt is None or receipt.attempt_id != attempt_id:
+        return {
+            "attempt_id": attempt_id,
+            "corrupt": {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()},
+        }
+    document: dict[str, Any] = json.loads(encode_receipt(receipt))
+    del document["callback_token"]
+    document["callback_token_sha256"] = receipt.token_sha256()
+    return {"attempt_id": attempt_id, "receipt": document}
+
+
 def projection(
-    stored: Iterable[tuple[str, bytes, int | None]], strays: Iterable[str] = ()
+    stored: Iterable[tuple[str, bytes, int | None]],
+    strays: Iterable[str] = (),
+    receipts: Iterable[tuple[str, bytes]] = (),
 ) -> JournalProjection:
-    """The canonical projection: every stored record (sorted by offer id) and every visible
-    entry that is not a record (`strays`: always empty for a conforming adapter)."""
+    """The canonical projection: every stored record (sorted by offer id), every visible
+    entry that is not a record (`strays`: always empty for a conforming adapter) and, once the
+    world's receipt store holds any, every receipt (sorted by Attempt ID; a projection without
+    receipts has no `receipts` member, so the traces that never publish one keep their bytes)."""
     records = [project_stored(oid, data, revision) for oid, data, revision in stored]
-    return {
+    out: JournalProjection = {
         "records": sorted(records, key=lambda r: str(r["offer_id"])),
         "strays": sorted(strays),
     }
+    held = sorted((project_receipt(aid, data) for aid, data in receipts), key=_attempt)
+    if held:
+        out["receipts"] = held
+    return out
+
+
+def _attempt(entry: Mapping[str, Any]) -> str:
+    return str(entry["attempt_id"])
 
 
 def projection_digest(value: object) -> str:
@@ -391,26 +499,28 @@ def _flat(value: object, prefix: str = "") -> dict[str, object]:
     return {prefix: value}
 
 
-def _label(offer_id: object) -> str:
-    return f"records[{str(offer_id)[:12]}]"
+def _label(section: str, key: object) -> str:
+    return f"{section}[{str(key)[:12]}]"
 
 
 def _compare(
     before: JournalProjection, after: JournalProjection
 ) -> list[tuple[str, object, object]]:
-    """(path, before, after) for every difference; a missing record is `None` on its side."""
+    """(path, before, after) for every difference; a missing record or receipt is `None` on
+    its side."""
     found: list[tuple[str, object, object]] = []
-    want = {r["offer_id"]: r for r in before.get("records", [])}
-    got = {r["offer_id"]: r for r in after.get("records", [])}
-    for oid in sorted(want.keys() - got.keys()):
-        found.append((_label(oid), want[oid], None))
-    for oid in sorted(got.keys() - want.keys()):
-        found.append((_label(oid), None, got[oid]))
-    for oid in sorted(want.keys() & got.keys()):
-        a, b = _flat(want[oid]), _flat(got[oid])
-        for path in sorted(a.keys() | b.keys()):
-            if a.get(path) != b.get(path):
-                found.append((f"{_label(oid)}.{path}", a.get(path), b.get(path)))
+    for section, key in (("records", "offer_id"), ("receipts", "attempt_id")):
+        want = {r[key]: r for r in before.get(section, [])}
+        got = {r[key]: r for r in after.get(section, [])}
+        for oid in sorted(want.keys() - got.keys()):
+            found.append((_label(section, oid), want[oid], None))
+        for oid in sorted(got.keys() - want.keys()):
+            found.append((_label(section, oid), None, got[oid]))
+        for oid in sorted(want.keys() & got.keys()):
+            a, b = _flat(want[oid]), _flat(got[oid])
+            for path in sorted(a.keys() | b.keys()):
+                if a.get(path) != b.get(path):
+                    found.append((f"{_label(section, oid)}.{path}", a.get(path), b.get(path)))
     if before.get("strays", []) != after.get("strays", []):
         found.append(("strays", before.get("strays", []), after.get("strays", [])))
     return found
@@ -425,7 +535,8 @@ def journal_diff(expected: JournalProjection, actual: JournalProjection) -> list
         if path.endswith("]") and b is None:
             lines.append(f"{path}: missing")
         elif path.endswith("]") and a is None:
-            lines.append(f"{path}: unexpected record")
+            kind = "receipt" if path.startswith("receipts") else "record"
+            lines.append(f"{path}: unexpected {kind}")
         else:
             lines.append(f"{path}: expected {a!r}, got {b!r}")
     return lines
@@ -438,7 +549,7 @@ def journal_changes(before: JournalProjection, after: JournalProjection) -> list
     lines: list[str] = []
     for path, a, b in _compare(before, after):
         if path.endswith("]") and a is None:
-            lines.append(f"{path}: new record")
+            lines.append(f"{path}: new {'receipt' if path.startswith('receipts') else 'record'}")
         elif path.endswith("]") and b is None:
             lines.append(f"{path}: removed")
         else:
@@ -459,7 +570,22 @@ _ARGS: Final[Mapping[str, frozenset[str]]] = {
     "audit": frozenset({"page_size", "pages"}),
     "refresh": frozenset(),
     "timers": frozenset(),
+    "receipt": frozenset({"receipt"}),
+    "retention": frozenset(
+        {"cursor", "observed_at_ms", "retention_ms", "page_size", "delete_budget"}
+    ),
 }
+
+
+def _retention_call(args: Mapping[str, Any], line: int, field: str) -> RetentionCall:
+    cursor = args["cursor"]
+    if cursor is not None and not isinstance(cursor, str):
+        raise TraceFormatError(line, f"{field}.cursor", "must be a string or null")
+    numbers = ("observed_at_ms", "retention_ms", "page_size", "delete_budget")
+    for key in numbers:
+        if type(args[key]) is not int:
+            raise TraceFormatError(line, f"{field}.{key}", "must be an integer")
+    return RetentionCall(cursor, *(int(args[key]) for key in numbers))
 
 
 def decode_operation(command: JournalCommand, line: int = 0) -> Operation:
@@ -488,7 +614,15 @@ def decode_operation(command: JournalCommand, line: int = 0) -> Operation:
         if type(size) is not int or type(pages) is not int:
             raise TraceFormatError(line, f"{field}.page_size", "page_size, pages: integers")
         paging = (size, pages)
-    return Operation(command.name, record, expected, offer_id, after, limit, paging)
+    receipt = None
+    if command.name == "receipt":
+        receipt = decode_trace_receipt(args.get("receipt"), line, f"{field}.receipt")
+    retention = None
+    if command.name == "retention":
+        retention = _retention_call(args, line, field)
+    return Operation(
+        command.name, record, expected, offer_id, after, limit, paging, receipt, retention
+    )
 
 
 def audit_result(result: AuditResult | AuditRefused) -> OpResult:
@@ -566,6 +700,89 @@ def call_store(store: TraceJournal, op: Operation) -> OpResult:
     except ValueError:
         return OpResult("invalid")
     return OpResult("ok", None, value)
+
+
+# -- retention (§3.14) -----------------------------------------------------------------------
+class ReceiptPort(Protocol):
+    """The receipt store as retention uses it (`runners.worker.retention.ReceiptStorePort`)."""
+
+    def read(self, attempt_id: str) -> Receipt | None: ...
+
+    def delete(self, attempt_id: str) -> None: ...
+
+
+Effects = list[list[Any]]
+
+
+class LoggedJournal:
+    """A journal port that logs every call made through it (`["list", after, limit]`,
+    `["read", offer_id]`, `["remove", offer_id, expected_revision]`, ...) before forwarding it:
+    a `retention` result lists what the retention did, in order (receipts first, §3.14)."""
+
+    def __init__(self, store: JournalStore, log: Effects) -> None:
+        self._store = store
+        self._log = log
+
+    def create(self, record: JournalRecord) -> None:
+        self._log.append(["create", record.offer_id])
+        self._store.create(record)
+
+    def replace(self, record: JournalRecord, expected_revision: int) -> None:
+        self._log.append(["replace", record.offer_id, expected_revision])
+        self._store.replace(record, expected_revision)
+
+    def remove(self, offer_id: str, expected_revision: int) -> None:
+        self._log.append(["remove", offer_id, expected_revision])
+        self._store.remove(offer_id, expected_revision)
+
+    def read(self, offer_id: str) -> JournalRecord | None:
+        self._log.append(["read", offer_id])
+        return self._store.read(offer_id)
+
+    def list(self, after: str | None, limit: int) -> JournalPage:
+        self._log.append(["list", after, limit])
+        return self._store.list(after, limit)
+
+
+class LoggedReceipts:
+    """The receipt store's counterpart of `LoggedJournal` (`read_receipt`, `delete_receipt`)."""
+
+    def __init__(self, store: ReceiptPort, log: Effects) -> None:
+        self._store = store
+        self._log = log
+
+    def read(self, attempt_id: str) -> Receipt | None:
+        self._log.append(["read_receipt", attempt_id])
+        return self._store.read(attempt_id)
+
+    def delete(self, attempt_id: str) -> None:
+        self._log.append(["delete_receipt", attempt_id])
+        self._store.delete(attempt_id)
+
+
+def retention_result(
+    cursor: str | None,
+    examined: int,
+    *,
+    deleted: Sequence[str],
+    kept: Sequence[tuple[str, str, str | None]],
+    code: str | None,
+    effects: Effects,
+) -> OpResult:
+    """A `retention` as every world reports it: the next cursor, the records examined, the
+    offer ids deleted, each eligible record kept as `[offer_id, reason, code]`, and every
+    journal and receipt call made, in order; a page that could not be listed is `error` with
+    the journal's code (nothing examined, the cursor unchanged)."""
+    result = {
+        "cursor": cursor,
+        "examined": examined,
+        "deleted": list(deleted),
+        "kept": [list(k) for k in kept],
+        "effects": effects,
+    }
+    if code is not None:
+        return OpResult("error", code, result, reason="retention")
+    return OpResult("ok", None, result)
 
 
 # -- JSON Lines ------------------------------------------------------------------------------
@@ -727,7 +944,9 @@ def _command(obj: object, line: int, *, nested: bool) -> JournalCommand:
     actor = obj.get("actor", "main")
     if actor not in ACTORS:
         raise TraceFormatError(line, "command.actor", f"must be one of {ACTORS}")
-    allowed = MUTATIONS if nested else (*OPERATIONS, *OWNERSHIP_COMMANDS, *COMPOUND)
+    allowed = (
+        MUTATIONS if nested else (*OPERATIONS, *OWNERSHIP_COMMANDS, *RETENTION_COMMANDS, *COMPOUND)
+    )
     if name not in allowed:
         raise TraceFormatError(line, "command.name", f"must be one of {allowed}")
     if name in ("batch", "concurrent"):
@@ -743,7 +962,7 @@ def _command(obj: object, line: int, *, nested: bool) -> JournalCommand:
         return JournalCommand(name, {}, "main", operations)
     if name == "race_acquire" and actor != "main":
         raise TraceFormatError(line, "command.actor", "race_acquire is main against rival")
-    if name in OWNERSHIP_COMMANDS and actor != "main":
+    if name in (*OWNERSHIP_COMMANDS, *RETENTION_COMMANDS) and actor != "main":
         raise TraceFormatError(line, "command.actor", f"{name} is of the main instance")
     required = _ARGS[name]
     _only(args, required, line, "command.args.")
@@ -820,7 +1039,7 @@ def _check_fault(command: JournalCommand | None, fault: JournalFault | None, lin
 
 def _projection(obj: Mapping[str, Any], line: int, field: str) -> JournalProjection:
     value = _take(obj, "projection", dict, line)
-    _only(value, ("records", "strays"), line, f"{field}.projection.")
+    _only(value, ("records", "strays", "receipts"), line, f"{field}.projection.")
     records = _take(value, "records", list, line)
     strays = _take(value, "strays", list, line)
     for record in records:
@@ -833,10 +1052,24 @@ def _projection(obj: Mapping[str, Any], line: int, field: str) -> JournalProject
             )
     if not all(isinstance(s, str) for s in strays):
         raise TraceFormatError(line, f"{field}.projection.strays", "must be strings")
+    out: JournalProjection = {"records": records, "strays": strays}
+    if "receipts" in value:
+        receipts = _take(value, "receipts", list, line)
+        if not receipts:
+            raise TraceFormatError(line, f"{field}.projection.receipts", "absent when empty")
+        for receipt in receipts:
+            if not isinstance(receipt, dict) or not isinstance(receipt.get("attempt_id"), str):
+                raise TraceFormatError(line, f"{field}.projection.receipts", "bad receipt entry")
+            _only(receipt, ("attempt_id", "receipt", "corrupt"), line, f"{field}.projection.")
+            if ("receipt" in receipt) == ("corrupt" in receipt):
+                raise TraceFormatError(
+                    line, f"{field}.projection.receipts", "an entry is a receipt or corrupt"
+                )
+        out["receipts"] = receipts
     digest = _take(obj, "digest", str, line)
     if digest != projection_digest(value):
         raise TraceFormatError(line, f"{field}.digest", "does not match the projection")
-    return {"records": records, "strays": strays}
+    return out
 
 
 def _expectation(obj: Mapping[str, Any], line: int) -> JournalExpectation:
@@ -966,6 +1199,11 @@ def show_lines(trace: JournalTrace, *, full: bool = False) -> list[str]:
         elif isinstance(expect.result, dict) and "items" in expect.result:
             outcome += (
                 f" {len(expect.result['items'])} records has_more={expect.result['has_more']}"
+            )
+        elif isinstance(expect.result, dict) and "effects" in expect.result:
+            outcome += (
+                f" examined {expect.result['examined']}, deleted "
+                f"{len(expect.result['deleted'])}, kept {len(expect.result['kept'])}"
             )
         if expect.untouched:
             outcome += " (before any write)"

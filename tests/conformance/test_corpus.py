@@ -34,8 +34,6 @@ CONF_ITEMS = sorted(
 #: entry needs a reason a third-party adapter cannot run the property as a trace; an entry
 #: whose trace exists fails `test_every_pending_conf_item_is_still_missing`.
 PENDING: dict[str, str] = {
-    "INBOX-39": "terminal retention over the journal and the receipt store: the journal "
-    "vocabulary has no receipt store yet (a `retention` step needs one in every world)",
     "INBOX-42": "the expiry scanner runs over the Run store's lease_expiry source, so its "
     "trace is a run trace: the run vocabulary needs a `pass lease_expiry_page` step",
 }

@@ -6,6 +6,7 @@ writes, and no trace or report holds a raw token."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import shutil
@@ -19,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import runners.worker.retention as worker_retention
 from conformance.cli import main as qlk
 from conformance.journal.corpus import (
     SCENARIOS,
@@ -53,10 +55,12 @@ from conformance.journal.trace import (
 from conformance.run.corpus import read_text, spec_id_of
 from conformance.run.trace import TraceFormatError, canonical, trace_token
 from conformance.run.trace import loads as load_run_trace
+from kernel.specs import JournalState, RetentionStep
 from kernel.specs.codes import Code
 from kernel.specs.properties import PROPERTIES
 from kernel.worker.codec import encode_record
 from kernel.worker.record import JournalRecord
+from kernel.worker.retention import RetentionPlan, plan_page
 from runners.worker.journal.file import FileJournal
 from runners.worker.journal.port import JournalError, JournalPage
 
@@ -71,7 +75,7 @@ GENERATED = [p for p in PATHS if p.parent != JOURNAL_CORPUS]
 #: The CONF items of SPEC §3.18 / D-16 this suite covers with named traces.
 COVERED: tuple[str, ...] = ("INBOX-02", "INBOX-15", "INBOX-17", "INBOX-18", "INBOX-19")
 COVERED += ("INBOX-20", "INBOX-21", "INBOX-43", "INBOX-05", "INBOX-11", "INBOX-16", "INBOX-22")
-COVERED += ("INBOX-23", "INBOX-24", "INBOX-27", "INBOX-34", "INBOX-35")
+COVERED += ("INBOX-23", "INBOX-24", "INBOX-27", "INBOX-34", "INBOX-35", "INBOX-39")
 
 
 def _relative(path: Path) -> str:
@@ -589,6 +593,103 @@ def test_a_trace_needing_a_missing_capability_is_not_applicable_never_passed() -
     assert result.status == "not_applicable"
     assert result.missing_capabilities == ("second_process",)
     assert result.steps == 0
+
+
+class NoRetention(MutantBinding):
+    """An adapter binding that does not offer the Worker's terminal retention over its store."""
+
+    def __init__(self) -> None:
+        super().__init__(FileBinding())
+        self.capabilities = FileBinding.capabilities - {"retention", "ownership"}
+
+
+RETENTION_TRACE = (
+    "INBOX-39-retention-deletes-only-old-final-records-receipts-first-within-the-budget"
+)
+
+
+def test_a_binding_without_retention_gets_the_retention_trace_not_applicable() -> None:
+    trace = _trace(RETENTION_TRACE)
+    assert trace.header.capabilities == ("retention",)
+    result = replay(trace, world_factory(NoRetention()))
+    assert result.status == "not_applicable"
+    assert result.missing_capabilities == ("retention",)
+
+
+def _first_retention_run(trace: JournalTrace) -> int:
+    """The first `retention` step that runs (the ones before are invalid bounds)."""
+    return next(
+        s.step
+        for s in trace.steps
+        if s.command is not None and s.command.name == "retention" and s.expect.kind == "ok"
+    )
+
+
+@pytest.mark.spec("INBOX-39")
+@pytest.mark.parametrize("base", BASES, ids=lambda b: b.name)
+def test_a_retention_that_removes_the_record_before_its_receipt_diverges(
+    base: JournalBinding, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Worker runtime whose steps remove a completion_acknowledged record and only then
+    delete its receipt (§3.14: receipts first) is caught by the named trace: where the receipt
+    cleanup fails, the record is gone (it must stay)."""
+    order = (RetentionStep.CONFIRM_REVISION, RetentionStep.REMOVE_RECORD)
+    monkeypatch.setattr(
+        worker_retention,
+        "steps_for",
+        lambda record: (
+            (*order, RetentionStep.DELETE_RECEIPT)
+            if record.state is JournalState.COMPLETION_ACKNOWLEDGED
+            else (RetentionStep.REMOVE_RECORD,)
+        ),
+    )
+    trace = _trace(RETENTION_TRACE)
+    divergence = _diverged(trace, base, tmp_path)
+    loosened = next(s.step for s in trace.steps if s.fault is not None and s.fault.what)
+    assert divergence.step == loosened + 1
+    assert any(line.endswith(": missing") for line in divergence.projection_diff)
+    actual = [e[0] for e in divergence.actual_result["effects"]]
+    assert actual.index("remove") < actual.index("delete_receipt")
+
+
+@pytest.mark.spec("INBOX-39")
+@pytest.mark.parametrize("base", BASES, ids=lambda b: b.name)
+def test_a_retention_that_deletes_a_running_acknowledged_record_diverges(
+    base: JournalBinding, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Worker runtime that also plans running_acknowledged records and removes without asking
+    the kernel (`RetentionDelete`) diverges at its first call with the record missing
+    (INBOX-07, INBOX-39: never eligible)."""
+
+    def widened(records: Any, **kwargs: Any) -> RetentionPlan:
+        plan = plan_page(records, **kwargs)
+        extra = [r for r in records if r.state is JournalState.RUNNING_ACKNOWLEDGED]
+        return dataclasses.replace(plan, delete=(*extra, *plan.delete))
+
+    perform = worker_retention.TerminalRetention._perform
+
+    def unguarded(
+        self: worker_retention.TerminalRetention,
+        step: RetentionStep,
+        record: JournalRecord,
+        observed_at_ms: int,
+    ) -> Any:
+        if step is RetentionStep.REMOVE_RECORD:
+            self._journal.remove(record.offer_id, record.revision)
+            return None
+        return perform(self, step, record, observed_at_ms)
+
+    monkeypatch.setattr(worker_retention, "plan_page", widened)
+    monkeypatch.setattr(
+        worker_retention, "steps_for", lambda record: (RetentionStep.REMOVE_RECORD,)
+    )
+    monkeypatch.setattr(worker_retention.TerminalRetention, "_perform", unguarded)
+    trace = _trace(RETENTION_TRACE)
+    divergence = _diverged(trace, base, tmp_path)
+    assert divergence.step == _first_retention_run(trace)
+    running = chain(4)[4]  # the trace's running_acknowledged record (corpus._RETENTION_WORLD)
+    assert running.state is JournalState.RUNNING_ACKNOWLEDGED
+    assert f"records[{running.offer_id[:12]}]: missing" in divergence.projection_diff
 
 
 # -- the CLI ---------------------------------------------------------------------------------
