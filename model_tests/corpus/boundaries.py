@@ -27,6 +27,9 @@ no builder knows shows up as `uncovered` in `coverage()`, and tests/conformance/
 test_boundary_corpus.py fails until it has a trace.
 
     .venv/bin/python -m model_tests.corpus.boundaries     # per source: boundary -> trace
+
+The guarded writes (the transitions' refusal branches) are in the sibling module
+`model_tests.corpus.write_boundaries`; `main` prints both reports.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from kernel import (
 )
 from kernel.specs.states import Actor, CancelReason, Profile, RunKind, RunOwner
 from kernel.transitions import run_cancellation, run_lost_retry, run_recovery
+from model_tests.corpus import write_boundaries
 from model_tests.corpus.dsl import LEASE_MS, Scenario, worker
 
 NO_BACKOFF = PolicyDefinition(3, True, Safety.IDEMPOTENT, 0, 0)
@@ -1703,7 +1707,15 @@ def main() -> int:
     for source, name in stale:
         print(f"stale builder (the oracle has no such boundary): {source} {name}")
     uncovered = [r for rows in report.values() for r in rows if r.status == "uncovered"]
-    return 1 if uncovered or stale else 0
+    writes = write_boundaries.coverage()
+    print(write_boundaries.render(writes))
+    write_stale = write_boundaries.extra_builders()
+    for command, name in write_stale:
+        print(f"stale builder (the transition has no such boundary): {command} {name}")
+    gaps = write_boundaries.unlisted_gaps(writes)
+    for gap in gaps:
+        print(f"uncovered and not listed as pending: {gap}")
+    return 1 if uncovered or stale or write_stale or gaps else 0
 
 
 if __name__ == "__main__":
