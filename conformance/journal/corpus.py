@@ -56,9 +56,7 @@ from conformance.journal.trace import (
 )
 from conformance.run.corpus import read_text, trace_paths, write_text
 from conformance.run.trace import TokenNames, TraceHeader, trace_token
-from kernel import execution_spec_digest, offer_id
-from kernel.entities import WorkerSession
-from kernel.outcomes import Rejected
+from kernel import Rejected, WorkerSession, execution_spec_digest, offer_id
 from kernel.specs import (
     HARD_LIMITS,
     RETENTION_ORDER,
@@ -88,11 +86,11 @@ from kernel.worker import (
     PrepareSucceeded,
     RunningAcknowledged,
     StartingAcknowledged,
+    decide_delivery,
     decode_record,
     encode_record,
     journal_step,
 )
-from kernel.worker.delivery import decide_delivery
 from runners.worker.journal.lock import DEFAULT_STALE_WINDOW_MS
 from runners.worker.posix.receipts import Receipt
 

@@ -48,8 +48,13 @@ from conformance.run.trace import (
     trace_token,
 )
 from kernel.specs import HARD_LIMITS, Paging
-from kernel.worker import JournalCorrupt, JournalRecord, decode_record, encode_record
-from kernel.worker.auditor import AuditResult
+from kernel.worker import (
+    AuditResult,
+    JournalCorrupt,
+    JournalRecord,
+    decode_record,
+    encode_record,
+)
 from runners.worker.auditor import AuditedJournal, AuditRefused, StartupAuditor
 from runners.worker.journal.port import JournalError, JournalPage, JournalStore
 from runners.worker.posix.receipts import (
