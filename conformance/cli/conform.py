@@ -9,7 +9,10 @@ After the replay, `qlk conform` runs the guard mode (every runner whose adapter 
 storage port: a stale variant of every guard of every write path must be refused) and, for the
 edge runner, the kill mode (SIGKILL at every statement boundary of every write path); for the
 cluster runner, the kill mode and the terminate mode (`pg_terminate_backend` of the runner's
-backend at every statement boundary, `conformance.run.kill_cluster`).
+backend at every statement boundary, `conformance.run.kill_cluster`). For the edge and cluster
+runners, last, the lock probe (`conformance.run.locks`, B-35, D-2): while every write path holds
+its transaction after its load, a second connection's `FOR UPDATE` / `BEGIN IMMEDIATE` on what
+it loaded must block until it commits.
 
 `--component journal` replays the journal corpus (`conformance/traces/journal/`, SPEC §7
 component `journal`) against the file and/or SQLite journal adapter on real temporary roots
@@ -126,6 +129,12 @@ def register(commands: Commands) -> None:
         help="edge and cluster: skip the kill mode (SIGKILL at every statement boundary of "
         "every write path) and, cluster, the terminate mode (pg_terminate_backend at every "
         "statement boundary)",
+    )
+    conform.add_argument(
+        "--no-locks",
+        action="store_true",
+        help="edge and cluster: skip the lock probe (a second connection must block on what "
+        "every write path loaded while it holds its transaction)",
     )
 
 
@@ -321,6 +330,8 @@ def _conform_on(
         modes.extend(_cluster_kill_mode(root, dsn, ctx))
     if args.runner not in {"edge", "cluster"} and not args.no_kill:
         modes.append(_kill_mode_not_run(args.runner, ctx))
+    if args.runner in {"edge", "cluster"} and not args.no_locks:
+        modes.extend(_lock_probe(args.runner, root, dsn, ctx))
     if args.junit is not None:
         _write_junit(summary, args.runner, args.junit, stream, modes)
     print(_verdict(summary, modes), file=stream)
@@ -481,6 +492,21 @@ def _cluster_kill_mode(root: Path, dsn: str, ctx: Context) -> list[ModeResult]:
         ModeResult("kill mode", kill_line, tuple(torn)),
         ModeResult("terminate mode", terminate_line, tuple(failed)),
     ]
+
+
+def _lock_probe(runner: str, root: Path, dsn: str | None, ctx: Context) -> list[ModeResult]:
+    """The lock probe of the edge or cluster runner over the same traces (B-35, D-2)."""
+    locks = importlib.import_module("conformance.run.locks")
+    if runner == "edge":
+        report = locks.lock_every_write_edge(root)
+    elif dsn is not None:
+        report = locks.lock_every_write_cluster(root, dsn)
+    else:
+        return []
+    line: str = report.summary()
+    print(line, file=ctx.out)
+    _print_failures(report.failures, ctx)
+    return [ModeResult("lock probe", line, tuple(report.failures))]
 
 
 def _print_failures(lines: list[str], ctx: Context) -> None:

@@ -1,36 +1,43 @@
-"""Kill mode and terminate mode for the cluster runner (issue 5, item 2; RUN-06, RETRY-10).
+"""Kill mode and terminate mode for the cluster runner (issue 5 item 2, issue 16 item 2;
+RUN-06, RETRY-10).
 
-Write paths are the edge kill mode's (`conformance.run.kill_edge`): the first applied occurrence of
-every
-(command, outcome code) pair in the corpus, named traces first, each in the state its trace built
-on a `ClusterAdapter` (a schema of its own). A write sends m named statements between psycopg's
-`BEGIN` and `COMMIT` (`ClusterStore.statement_trace` names each one just before it is sent).
-Boundary k is "just before statement k + 1 is sent" for k < m and "after the last statement,
-just before `COMMIT`" for k = m. The statements are not counted in a separate run: the fault
-for boundary k fires before `COMMIT` when the write sends only k statements, which tells m
-(and every run starts from the true pre-state; a dry run would have to trust the rollback it
-is meant to check).
+Write paths are those of `conformance.run.walk`: the first applied occurrence of every (command,
+outcome code) pair in the corpus, named traces first, each in the state its trace built on a
+`ClusterAdapter` (a schema of its own).
+
+Boundaries are counted on the wire, not in the store: every query the write sends to the server
+while `runners.engine.execute` runs, whatever sends it: psycopg's `BEGIN` and `COMMIT` (a
+`Transaction` entered or left, `Connection.commit`/`rollback`) and every statement a cursor
+executes (`_watching` hooks those psycopg entry points for the duration of one run). Boundary k
+is "just before query k + 1 is sent", so a write of n queries has the boundaries 0 .. n - 1,
+the last one just before its `COMMIT`. A write that commits more than once (a split into two
+transactions, a statement committed on its own) has a boundary between its commits, and a fault
+there leaves a state that is neither the before- nor the after-state: a write must commit
+exactly once. The queries are not counted in a separate run: the run for boundary n finds no
+query n + 1, the write returns, and that run is the after-`COMMIT` case (every run starts from
+the true pre-state; a dry run would have to trust the rollback it is meant to check).
 
 Kill mode (a client process death). For k = 0, 1, ... a forked child opens its own
 `ClusterStore` on the same DSN and schema, reports its backend pid through a pipe, runs the
-command through `runners.engine.execute` and SIGKILLs itself at boundary k, until the boundary
-is the one before `COMMIT`; last, a child SIGKILLs itself right after `execute` returned (after
-`COMMIT`). The parent requires death by SIGKILL, waits (bounded) until the child's backend is
-gone from `pg_stat_activity` (the server noticed the closed socket and aborted the
-transaction), and projects: exactly the before-state for every kill before `COMMIT`, exactly
-the step's after-state (and outcome) for the kill after it. So a write path costs m + 2 kills.
+command and SIGKILLs itself at boundary k; the child whose write returned (k = n) SIGKILLs
+itself right after `execute`. The parent requires death by SIGKILL, waits (bounded) until the
+child's backend is gone from `pg_stat_activity` (the server noticed the closed socket and
+aborted the transaction), and projects: exactly the before-state, or exactly the step's
+after-state (a commit already happened and nothing else may follow it), for every kill at a
+boundary; exactly the after-state (and the step's outcome) for the kill after `execute`
+returned. So a write path of n queries costs n + 1 kills.
 
 Terminate mode (a server-side fault). In-process, on the adapter's own store: for every boundary
-a second connection runs `pg_terminate_backend` on the backend of the runner's transaction and
+a second connection runs `pg_terminate_backend` on the backend of the runner's connection and
 waits until it is gone from `pg_stat_activity`. The runner's call must raise
 `psycopg.OperationalError` (or a subclass), never report success, and the state must be exactly
-the before-state; each next call on the same store object must reconnect, and after the last
-boundary the same command once more must apply with the step's outcome and after-state. So a
-write path costs m + 1 terminations.
+the before-state; each next call on the same store object must reconnect, and the run that meets
+no boundary (k = n) must apply with the step's outcome and after-state. So a write path costs n
+terminations and one last call.
 
 A path stops at its first failure (the pre-state is gone). Either way the step ends applied, so
-the walk goes on with the trace's next step (`conformance.run.replay.apply_step`) without applying
-it again; a write that did not leave the after-state ends the walk of its trace.
+the walk goes on with the trace's next step without applying it again; a write that did not
+leave the after-state ends the walk of its trace, and the paths it did not reach are reported.
 """
 
 from __future__ import annotations
@@ -42,19 +49,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from conformance.run.cluster import CAPABILITIES, ClusterAdapter
-from conformance.run.corpus import read_trace, trace_paths
-from conformance.run.kill_edge import KillResult, WritePath, _write_of
+from conformance.run.kill_edge import KillResult
 from conformance.run.projection import Projection, diff
-from conformance.run.replay import apply_step
 from conformance.run.trace import Step
+from conformance.run.walk import WritePath, every_write
 from kernel import Outcome
 from runners.cluster.named_sql import STATEMENTS
-from runners.cluster.store import ClusterStore, ClusterTransaction
+from runners.cluster.store import ClusterStore
 from runners.engine import execute
 
 __all__ = [
@@ -69,35 +76,36 @@ __all__ = [
 
 #: How long to wait for the server to end a killed client's or a terminated backend.
 GONE_TIMEOUT_S: Final = 10.0
-#: A write that sends more statements than this is reported, not faulted forever.
+#: A write that sends more queries than this is reported, not faulted forever.
 MAX_STATEMENTS: Final = 200
 
 Connection = psycopg.Connection[Any]
-R = TypeVar("R")
+
+#: The runner's named statements by their text, to name a boundary's query in a report.
+_NAMES: Final = {text.strip(): name for name, text in STATEMENTS.items()}
 
 
 @dataclass(frozen=True, slots=True)
 class TerminateResult:
     path: WritePath
-    statements: int  # m: named statements of the write (psycopg's BEGIN and COMMIT aside)
-    terminations: int  # m + 1 when every boundary was reached
+    statements: int  # n: the queries of the write, BEGIN to COMMIT
+    terminations: int  # n when every boundary was reached
     failures: tuple[str, ...]  # one readable line per broken promise
 
 
 @dataclass(frozen=True, slots=True)
 class Boundary:
-    """Where a fault fired: after `index` statements, before `statement` (None: `COMMIT`)."""
+    """Where a fault fired: after `index` queries, before `statement` (its name, `BEGIN`,
+    `COMMIT`, ...)."""
 
     index: int
-    statement: str | None
+    statement: str
 
     def __str__(self) -> str:
-        if self.statement is None:
-            return f"before COMMIT (after {self.index} statements)"
         return f"before statement {self.index + 1} ({self.statement})"
 
 
-#: The fault, given the connection of the runner's transaction and the boundary.
+#: The fault, given the connection about to send the query and the boundary.
 Action = Callable[[Connection, Boundary], None]
 
 
@@ -105,51 +113,95 @@ class _NotTerminated(Exception):
     """`pg_terminate_backend` did not end the runner's backend."""
 
 
-class _Trace(list[str]):
-    """The store's `statement_trace`: `before(i, name)` runs before statement i + 1 is recorded,
-    which the store does just before sending it."""
-
-    def __init__(self, before: Callable[[int, str], None]) -> None:
-        super().__init__()
-        self._before = before
-
-    def append(self, name: str, /) -> None:
-        self._before(len(self), name)
-        super().append(name)
+def _name_of(query: object) -> str:
+    if isinstance(query, bytes):
+        query = query.decode(errors="replace")
+    text = str(query).strip()
+    return _NAMES.get(text) or " ".join(text.split())[:40]
 
 
-class _Boundaries:
-    """A `Storage` over a `ClusterStore` whose transaction runs `action` once: just before
-    statement `at` + 1 is sent or, when the transaction sends only `at` statements or fewer,
-    after the last one, just before psycopg sends `COMMIT`. `fired` tells where."""
+class _Queries:
+    """Counts the queries a write sends and runs `action` once, just before query `at` + 1.
+    `fired` tells where; `count` how many were sent (or about to be). The action's own queries
+    (a terminator's monitor) are not counted."""
 
-    def __init__(self, store: ClusterStore, action: Action, at: int) -> None:
-        self.store = store
+    def __init__(self, action: Action, at: int) -> None:
         self.action = action
         self.at = at
+        self.count = 0
         self.fired: Boundary | None = None
-        self._conn: Connection | None = None
+        self._busy = False
 
-    def _boundary(self, index: int, statement: str | None) -> None:
-        if self.fired is None and self._conn is not None:
-            self.fired = Boundary(index, statement)
-            self.action(self._conn, self.fired)
+    def before(self, conn: Connection, name: str) -> None:
+        if self._busy:
+            return
+        index = self.count
+        self.count += 1
+        if index == self.at and self.fired is None:
+            self.fired = Boundary(index, name)
+            self._busy = True
+            try:
+                self.action(conn, self.fired)
+            finally:
+                self._busy = False
 
-    def _before_statement(self, index: int, statement: str) -> None:
-        if index == self.at:
-            self._boundary(index, statement)
 
-    @contextmanager
-    def transaction(self) -> Iterator[ClusterTransaction]:
-        trace = _Trace(self._before_statement)
-        self.store.statement_trace = trace
-        try:
-            with self.store.transaction() as tx:
-                self._conn = tx.connection
-                yield tx
-                self._boundary(len(trace), None)
-        finally:
-            self.store.statement_trace = None
+@contextmanager
+def _watching(before: Callable[[Connection, str], None]) -> Iterator[None]:
+    """Call `before(connection, name)` just before psycopg sends any query: a cursor's statement,
+    a transaction's `BEGIN`/`SAVEPOINT` on entry and `COMMIT`/`ROLLBACK` (or the savepoint's) on
+    exit, an explicit commit or rollback. Hooks psycopg's public entry points, so a runner's
+    extra transaction or raw `COMMIT` is counted like its named statements."""
+    cursor_execute = psycopg.Cursor.execute
+    cursor_executemany = psycopg.Cursor.executemany
+    enter = psycopg.Transaction.__enter__
+    leave = psycopg.Transaction.__exit__
+    commit = psycopg.Connection.commit
+    rollback = psycopg.Connection.rollback
+
+    def execute_(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        before(self.connection, _name_of(query))
+        return cursor_execute(self, query, *args, **kwargs)
+
+    def executemany_(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        before(self.connection, _name_of(query))
+        return cursor_executemany(self, query, *args, **kwargs)
+
+    def enter_(self: psycopg.Transaction) -> Any:
+        idle = self.connection.info.transaction_status == TransactionStatus.IDLE
+        before(self.connection, "BEGIN" if idle else "SAVEPOINT")
+        return enter(self)
+
+    def leave_(self: psycopg.Transaction, *exc: Any) -> Any:
+        if self.savepoint_name is None:
+            before(self.connection, "COMMIT" if exc[0] is None else "ROLLBACK")
+        else:
+            before(self.connection, "RELEASE" if exc[0] is None else "ROLLBACK TO SAVEPOINT")
+        return leave(self, *exc)
+
+    def commit_(self: Connection) -> None:
+        before(self, "COMMIT")
+        commit(self)
+
+    def rollback_(self: Connection) -> None:
+        before(self, "ROLLBACK")
+        rollback(self)
+
+    hooks: list[tuple[type, str, Any, Any]] = [
+        (psycopg.Cursor, "execute", cursor_execute, execute_),
+        (psycopg.Cursor, "executemany", cursor_executemany, executemany_),
+        (psycopg.Transaction, "__enter__", enter, enter_),
+        (psycopg.Transaction, "__exit__", leave, leave_),
+        (psycopg.Connection, "commit", commit, commit_),
+        (psycopg.Connection, "rollback", rollback, rollback_),
+    ]
+    for owner, name, _original, hook in hooks:
+        setattr(owner, name, hook)
+    try:
+        yield
+    finally:
+        for owner, name, original, _hook in hooks:
+            setattr(owner, name, original)
 
 
 def _outcome(outcome: Outcome) -> tuple[str, str]:
@@ -188,25 +240,22 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _killed_child(dsn: str, schema: str, path: WritePath, *, at: int | None, fd: int) -> None:
-    """In the child: run the write on a store of its own and die by SIGKILL at boundary `at`
-    (None: right after `execute` returned), telling the parent where through `fd`."""
+def _killed_child(dsn: str, schema: str, path: WritePath, *, at: int, fd: int) -> None:
+    """In the child: run the write on a store of its own and die by SIGKILL at boundary `at`,
+    or right after `execute` returned when the write sent `at` queries or fewer, telling the
+    parent which through `fd`."""
     store = ClusterStore(dsn, schema)
     with store.connection() as conn:
         _report(fd, f"pid {conn.info.backend_pid}")
 
     def kill(_conn: Connection, boundary: Boundary) -> None:
-        _report(fd, f"at {boundary.index} {boundary.statement or '-'}")
+        _report(fd, f"at {boundary.index} {boundary.statement}")
         _die()
 
-    if at is not None:
-        kind, code = _outcome(
-            execute(_Boundaries(store, kill, at), path.command, path.observed_at_ms)
-        )
-        _report(fd, f"returned {kind} {code}")
-        return
-    kind, code = _outcome(execute(store, path.command, path.observed_at_ms))
-    _report(fd, f"outcome {kind} {code}")
+    queries = _Queries(kill, at)
+    with _watching(queries.before):
+        kind, code = _outcome(execute(store, path.command, path.observed_at_ms))
+    _report(fd, f"returned {queries.count} {kind} {code}")
     _die()
 
 
@@ -230,17 +279,19 @@ class _Child:
 
     @property
     def boundary(self) -> Boundary | None:
-        at = self.said("at")
-        if at is None or len(at) != 2:
-            return None
-        return Boundary(int(at[0]), None if at[1] == "-" else at[1])
+        for line in self.lines:
+            head, _, rest = line.partition(" ")
+            index, _, statement = rest.partition(" ")
+            if head == "at" and index.isdigit():
+                return Boundary(int(index), statement)  # the name may hold spaces (raw SQL)
+        return None
 
     def why_alive(self) -> str:
         told = [line for line in self.lines if not line.startswith("pid ")]
         return "; ".join(told) or f"wait status {self.status}"
 
 
-def _fork_kill(dsn: str, schema: str, path: WritePath, at: int | None) -> _Child:
+def _fork_kill(dsn: str, schema: str, path: WritePath, at: int) -> _Child:
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child never returns
@@ -271,50 +322,49 @@ def kill_write(
     adapter: ClusterAdapter, step: Step, path: WritePath, monitor: Connection
 ) -> KillResult:
     """Every boundary of one write, the adapter's schema being in the write's pre-state; the
-    after-COMMIT kill last, so that the schema is left in the after-state. `statements` is m
-    (the named statements); a complete run is m + 2 kills."""
+    kill after `execute` returned last, so that the schema is left in the after-state.
+    `statements` is n (the queries, BEGIN to COMMIT); a complete run is n + 1 kills."""
     store = adapter.store
     before = adapter.project()
+    after = step.expect.projection
     kills = 0
-    sent = 0
     for at in range(MAX_STATEMENTS + 1):
         child = _fork_kill(store.dsn, store.schema, path, at)
+        returned = child.said("returned")
         boundary = child.boundary
-        if not child.killed or boundary is None:
+        if not child.killed or (boundary is None and returned is None):
             line = f"{path.label}: the kill at boundary {at} did not happen ({child.why_alive()})"
-            return KillResult(path, sent, kills, (line,))
+            return KillResult(path, at, kills, (line,))
         kills += 1
+        where = "after the write returned" if boundary is None else f"killed {boundary}"
         if not _settled(child, monitor):
-            line = f"{path.label}: killed {boundary}, the backend outlived {GONE_TIMEOUT_S:g} s"
-            return KillResult(path, sent, kills, (line,))
-        changes = _differs(before, adapter.project())
+            line = f"{path.label}: {where}, the backend outlived {GONE_TIMEOUT_S:g} s"
+            return KillResult(path, at, kills, (line,))
+        state = adapter.project()
+        if boundary is not None:
+            if not diff(before, state):
+                continue  # nothing committed yet: the next boundary, from the same pre-state
+            if diff(after, state):
+                changes = _differs(before, state)
+                line = (
+                    f"{path.label}: {where}, not the before-state (nor the after-state): {changes}"
+                )
+                return KillResult(path, at, kills, (line,))
+            return KillResult(path, at + 1, kills, ())  # committed once, at its last query
+        failures: list[str] = []
+        changes = _differs(after, state)
         if changes:
-            line = f"{path.label}: killed {boundary}, not the before-state: {changes}"
-            return KillResult(path, sent, kills, (line,))
-        sent = boundary.index
-        if boundary.statement is None:
-            break
-    else:
-        line = f"{path.label}: more than {MAX_STATEMENTS} statements, no COMMIT reached"
-        return KillResult(path, sent, kills, (line,))
-    child = _fork_kill(store.dsn, store.schema, path, None)
-    if not child.killed:
-        line = f"{path.label}: the kill after COMMIT did not happen ({child.why_alive()})"
-        return KillResult(path, sent, kills, (line,))
-    kills += 1
-    failures: list[str] = []
-    if not _settled(child, monitor):
-        failures.append(f"{path.label}: killed after COMMIT, the backend outlived the wait")
-    changes = _differs(step.expect.projection, adapter.project())
-    if changes:
-        failures.append(f"{path.label}: killed after COMMIT, not the after-state: {changes}")
-    reported = child.said("outcome")
-    if reported is not None and tuple(reported) != _expected(step):
-        failures.append(
-            f"{path.label}: the write killed after COMMIT returned {' '.join(reported)}, "
-            f"expected {step.expect.kind} {step.expect.code or ''}".rstrip()
-        )
-    return KillResult(path, sent, kills, tuple(failures))
+            failures.append(f"{path.label}: {where}, not the after-state: {changes}")
+        assert returned is not None
+        sent, outcome = int(returned[0]), tuple(returned[1:])
+        if outcome != _expected(step):
+            failures.append(
+                f"{path.label}: the write returned {' '.join(outcome)}, "
+                f"expected {step.expect.kind} {step.expect.code or ''}".rstrip()
+            )
+        return KillResult(path, sent, kills, tuple(failures))
+    line = f"{path.label}: more than {MAX_STATEMENTS} queries, the write never returned"
+    return KillResult(path, MAX_STATEMENTS, kills, (line,))
 
 
 # ---------------------------------------------------------------------------- terminate mode -
@@ -322,7 +372,7 @@ def kill_write(
 
 class _Terminator:
     """Terminates the backend of the runner's connection from a connection of its own, and
-    returns once the backend is gone (so the runner's next statement meets a dead session)."""
+    returns once the backend is gone (so the runner's next query meets a dead session)."""
 
     def __init__(self, monitor: Connection) -> None:
         self.monitor = monitor
@@ -338,24 +388,45 @@ class _Terminator:
         self.count += 1
 
 
+@dataclass(frozen=True, slots=True)
+class _Terminated:
+    """One run of the write with the backend terminated at boundary `at`: where it was
+    terminated (None: the write met no boundary `at`), the outcome when the call returned,
+    what went wrong (None: as it must), and how many queries were counted."""
+
+    fired: Boundary | None
+    outcome: tuple[str, str] | None
+    failure: str | None
+    count: int
+
+
 def _terminated_at(
     store: ClusterStore, path: WritePath, at: int, terminate: _Terminator
-) -> tuple[Boundary | None, str | None]:
-    """One run of the write with the backend terminated at boundary `at`: where it was
-    terminated, and what went wrong (None: the call raised `OperationalError`, as it must)."""
-    storage = _Boundaries(store, terminate, at)
+) -> _Terminated:
+    queries = _Queries(terminate, at)
     try:
-        outcome = execute(storage, path.command, path.observed_at_ms)
+        with store.connection():
+            # The store replaces a terminated connection here, outside the count, so that
+            # boundary k is the same query in every run (its reconnect is no query of the write).
+            pass
+        with _watching(queries.before):
+            outcome = execute(store, path.command, path.observed_at_ms)
     except psycopg.OperationalError as exc:
-        if storage.fired is None:  # it failed, but not because of this fault
-            return None, f"the call raised {type(exc).__name__} ({exc}) before boundary {at}"
-        return storage.fired, None
+        fired = queries.fired
+        if fired is None:  # it failed, but not because of this fault
+            line = f"the call raised {type(exc).__name__} ({exc}) before boundary {at}"
+            return _Terminated(None, None, line, queries.count)
+        return _Terminated(fired, None, None, queries.count)
     except Exception as exc:
-        where = _where(storage.fired, at)
+        where = _where(queries.fired, at)
         raised = f"{type(exc).__name__}: {exc}"
-        return None, f"{where}, the call raised {raised}, not psycopg.OperationalError"
+        line = f"{where}, the call raised {raised}, not psycopg.OperationalError"
+        return _Terminated(queries.fired, None, line, queries.count)
     kind, code = _outcome(outcome)
-    return storage.fired, f"{_where(storage.fired, at)}, yet the call returned {kind} {code}"
+    if queries.fired is not None:
+        line = f"{_where(queries.fired, at)}, yet the call returned {kind} {code}"
+        return _Terminated(queries.fired, (kind, code), line, queries.count)
+    return _Terminated(None, (kind, code), None, queries.count)
 
 
 def _where(fired: Boundary | None, at: int) -> str:
@@ -366,95 +437,60 @@ def terminate_write(
     adapter: ClusterAdapter, step: Step, path: WritePath, monitor: Connection
 ) -> TerminateResult:
     """Terminate the runner's backend at every boundary of one write (the adapter's schema in
-    its pre-state), then run the write once more on the same store: it must apply."""
+    its pre-state); the run that meets no boundary, on the same store, must apply."""
     store = adapter.store
     before = adapter.project()
     terminate = _Terminator(monitor)
-    sent = 0
     for at in range(MAX_STATEMENTS + 1):
-        boundary, failure = _terminated_at(store, path, at, terminate)
-        if failure is not None:
-            return TerminateResult(path, sent, terminate.count, (f"{path.label}: {failure}",))
-        assert boundary is not None
-        changes = _differs(before, adapter.project())
-        if changes:
-            line = f"{path.label}: backend terminated {boundary}, not the before-state: {changes}"
-            return TerminateResult(path, sent, terminate.count, (line,))
-        sent = boundary.index
-        if boundary.statement is None:
-            break
-    else:
-        line = f"{path.label}: more than {MAX_STATEMENTS} statements, no COMMIT reached"
-        return TerminateResult(path, sent, terminate.count, (line,))
-    failures: list[str] = []
-    try:
-        outcome = execute(store, path.command, path.observed_at_ms)
-    except Exception as exc:
-        failures.append(
-            f"{path.label}: the next call after {terminate.count} terminations raised "
-            f"{type(exc).__name__}: {exc}"
-        )
-    else:
-        kind, code = _outcome(outcome)
-        if (kind, code) != _expected(step):
+        run = _terminated_at(store, path, at, terminate)
+        if run.failure is not None:
+            return TerminateResult(path, at, terminate.count, (f"{path.label}: {run.failure}",))
+        if run.fired is not None:
+            changes = _differs(before, adapter.project())
+            if changes:
+                line = f"{path.label}: backend terminated {run.fired}, not the before-state: "
+                return TerminateResult(path, at, terminate.count, (line + changes,))
+            continue
+        failures: list[str] = []
+        if run.outcome != _expected(step):
+            kind, code = run.outcome or ("-", "-")
             expected = f"{step.expect.kind} {step.expect.code or ''}".rstrip()
             failures.append(
-                f"{path.label}: the next call after the terminations returned {kind} {code}, "
-                f"expected {expected}"
+                f"{path.label}: the call after {terminate.count} terminations returned "
+                f"{kind} {code}, expected {expected}"
             )
         changes = _differs(step.expect.projection, adapter.project())
         if changes:
-            failures.append(f"{path.label}: the next call left not the after-state: {changes}")
-    return TerminateResult(path, sent, terminate.count, tuple(failures))
+            failures.append(
+                f"{path.label}: the call after the terminations left not the after-state: {changes}"
+            )
+        return TerminateResult(path, run.count, terminate.count, tuple(failures))
+    line = f"{path.label}: more than {MAX_STATEMENTS} queries, the write never returned"
+    return TerminateResult(path, MAX_STATEMENTS, terminate.count, (line,))
 
 
 # ---------------------------------------------------------------------------- the walk ------
 
 
-def _every_write(
-    root: Path,
-    dsn: str,
-    handle: Callable[[ClusterAdapter, Step, WritePath, Connection], R],
-) -> list[R]:
-    """Walk the traces under `root` the cluster adapter can run, each on a fresh adapter, and
-    hand every first (command, code) write to `handle` in its pre-state; `handle` leaves it
-    applied (or reports why not, and the rest of that trace is skipped)."""
-    seen: set[tuple[str, str]] = set()
-    results: list[R] = []
-    with psycopg.connect(dsn, autocommit=True) as monitor:
-        for trace_path in trace_paths(root):  # named traces first, then the generated ones
-            trace = read_trace(trace_path)
-            if not set(trace.header.capabilities) <= CAPABILITIES:
-                continue
-            new = {
-                (s.command.name, s.expect.code or "")
-                for s in trace.steps
-                if s.command is not None and s.fault is None and s.expect.kind == "applied"
-            }
-            if new <= seen:
-                continue  # nothing new to fault here: do not pay for the replay
-            adapter = ClusterAdapter(dsn)
-            try:
-                for step in trace.steps:
-                    path = _write_of(trace.header.name, step)
-                    key = None if path is None else (path.command.name, path.code)
-                    if path is None or key is None or key in seen:
-                        apply_step(adapter, step)
-                        continue
-                    seen.add(key)
-                    results.append(handle(adapter, step, path, monitor))
-                    if diff(step.expect.projection, adapter.project()):
-                        break  # not the after-state (reported): the trace cannot go on
-            finally:
-                adapter.close()
-    return results
-
-
 def kill_every_write(root: Path, dsn: str) -> list[KillResult]:
-    """Kill mode over the traces under `root`: every write path, every statement boundary."""
-    return _every_write(root, dsn, kill_write)
+    """Kill mode over the traces under `root`: every write path, every query boundary."""
+    with psycopg.connect(dsn, autocommit=True) as monitor:
+        return every_write(
+            root,
+            CAPABILITIES,
+            lambda: ClusterAdapter(dsn),
+            lambda adapter, step, path: kill_write(adapter, step, path, monitor),
+            lambda path, line: KillResult(path, 0, 0, (line,)),
+        )
 
 
 def terminate_every_write(root: Path, dsn: str) -> list[TerminateResult]:
-    """Terminate mode over the traces under `root`: every write path, every boundary."""
-    return _every_write(root, dsn, terminate_write)
+    """Terminate mode over the traces under `root`: every write path, every query boundary."""
+    with psycopg.connect(dsn, autocommit=True) as monitor:
+        return every_write(
+            root,
+            CAPABILITIES,
+            lambda: ClusterAdapter(dsn),
+            lambda adapter, step, path: terminate_write(adapter, step, path, monitor),
+            lambda path, line: TerminateResult(path, 0, 0, (line,)),
+        )

@@ -1,16 +1,22 @@
 """Kill mode: SIGKILL the edge runner at every statement boundary of every write path (issue 4,
-item 3; RUN-06, RETRY-10).
+item 3, issue 16 item 2; RUN-06, RETRY-10).
 
 For one write (a command applied to a database file in a known state) the statements the runner
-executes are counted with `sqlite3.Connection.set_trace_callback` in a dry run on a copy. Then,
+executes are counted with `sqlite3.Connection.set_trace_callback` in a dry run on a copy: every
+statement the connection runs while `execute` runs, `BEGIN IMMEDIATE` and `COMMIT` included, in
+however many transactions the write opens (so a write split into two commits has boundaries
+between them, and a kill there leaves a state that is neither the before- nor the after-state:
+a write must commit exactly once). Then,
 for k = 0..n, a forked child opens another copy, runs the same command, and is SIGKILLed just
 before statement k + 1 starts (k = n: right after the transaction returned). The parent reopens
 the file and requires the durable state to be exactly the state before the write (k < n: the
 `COMMIT` never ran) or exactly the state after it (k = n). A kill is a real process death: no
 Python cleanup, no rollback by the runner, only SQLite's own recovery on the next open.
 
-Write paths are taken from the corpus (named traces first): the first applied occurrence of
-every (command, outcome code) pair, each in the state its trace built.
+Write paths are taken from the corpus by `conformance.run.walk` (named traces first): the first
+applied occurrence of every (command, outcome code) pair, each in the state its trace built. A
+runner that raises or diverges is reported, never a traceback: a dry run that raises is the
+path's failure, and a trace whose replay diverges reports the paths it could not reach.
 """
 
 from __future__ import annotations
@@ -19,35 +25,22 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.run.corpus import RUN_CORPUS, read_trace, trace_paths
-from conformance.run.edge import CAPABILITIES, EdgeAdapter
+from conformance.run.corpus import RUN_CORPUS
+from conformance.run.edge import CAPABILITIES, EdgeAdapter, make_edge_adapter
 from conformance.run.projection import Projection, diff
 from conformance.run.replay import apply_step
-from conformance.run.trace import Step, decode_trace_command
-from kernel import Command, Rejected
+from conformance.run.trace import Step
+from conformance.run.walk import WritePath, every_write
+from kernel import Command
 from runners.edge.store import EdgeStore
 from runners.engine import execute
 
+__all__ = ["KillResult", "WritePath", "kill_every_write", "kill_write"]
+
 FILES = ("", "-wal", "-shm")
-
-
-@dataclass(frozen=True, slots=True)
-class WritePath:
-    """One write to kill: the trace and step it comes from, and the command."""
-
-    trace: str
-    step: int
-    command: Command
-    observed_at_ms: int
-    code: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.command.name}:{self.code} ({self.trace} step {self.step})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +107,11 @@ def kill_write(pre: Path, path: WritePath, scratch: Path) -> KillResult:
     before = _project(pre)
     dry = scratch / "dry.sqlite3"
     _copy(pre, dry)
-    n = _count_statements(dry, path.command, path.observed_at_ms)
+    try:
+        n = _count_statements(dry, path.command, path.observed_at_ms)
+    except Exception as exc:  # the runner's own failure is this path's finding, not a crash
+        line = f"{path.label}: the write raised {type(exc).__name__}: {exc}"
+        return KillResult(path, 0, 0, (line,))
     after = _project(dry)
     failures: list[str] = []
     kills = 0
@@ -145,58 +142,34 @@ def kill_write(pre: Path, path: WritePath, scratch: Path) -> KillResult:
     return KillResult(path, n, kills, tuple(failures))
 
 
-def write_paths(root: Path = RUN_CORPUS) -> Iterator[tuple[Path, WritePath, Callable[[], None]]]:
-    """Walk the named traces on an edge database and yield, before each first occurrence of a
-    (command, code) write, the database file in its pre-state. The caller kills the write,
-    then calls the continuation, which applies the step and goes on."""
-    seen: set[tuple[str, str]] = set()
-    for trace_path in trace_paths(root):  # named traces first, then the generated ones
-        trace = read_trace(trace_path)
-        if not set(trace.header.capabilities) <= CAPABILITIES:
-            continue
-        new = {
-            (s.command.name, s.expect.code or "")
-            for s in trace.steps
-            if s.command is not None and s.fault is None and s.expect.kind == "applied"
-        }
-        if new <= seen:
-            continue  # nothing new to kill here: do not pay for the replay
-        directory = Path(tempfile.mkdtemp(prefix="ql3-kill-"))
-        try:
-            db = directory / "edge.sqlite3"
-            adapter = EdgeAdapter(db)
-            try:
-                for step in trace.steps:
-                    candidate = _write_of(trace.header.name, step)
-                    key = None if candidate is None else (candidate.command.name, candidate.code)
-                    if candidate is not None and key is not None and key not in seen:
-                        seen.add(key)
-                        adapter.store.close()
-                        yield db, candidate, adapter.reopen
-                    apply_step(adapter, step)
-            finally:
-                adapter.close()
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
-
-
-def _write_of(trace: str, step: Step) -> WritePath | None:
-    if step.command is None or step.fault is not None or step.expect.kind != "applied":
-        return None
-    command = decode_trace_command(step.command)
-    if isinstance(command, Rejected):
-        return None
-    return WritePath(trace, step.step, command, step.observed_at_ms, step.expect.code or "")
+def _kill_step(adapter: EdgeAdapter, step: Step, path: WritePath, scratch: Path) -> KillResult:
+    """Kill mode for one write path on copies of the adapter's file in its pre-state, then
+    the step applied on the file itself, as the walk expects."""
+    adapter.store.close()
+    try:
+        result = kill_write(adapter.store.path, path, scratch)
+    finally:
+        adapter.reopen()
+    try:
+        apply_step(adapter, step)
+    except Exception as exc:  # the walk stops here (not the after-state); say why once
+        if result.failures:
+            return result
+        line = f"{path.label}: the write raised {type(exc).__name__}: {exc}"
+        return KillResult(path, result.statements, result.kills, (line,))
+    return result
 
 
 def kill_every_write(root: Path = RUN_CORPUS) -> list[KillResult]:
     """Kill mode over the corpus: every write path, every statement boundary."""
-    results: list[KillResult] = []
     scratch = Path(tempfile.mkdtemp(prefix="ql3-kill-scratch-"))
     try:
-        for pre, path, resume in write_paths(root):
-            results.append(kill_write(pre, path, scratch))
-            resume()
+        return every_write(
+            root,
+            CAPABILITIES,
+            make_edge_adapter,
+            lambda adapter, step, path: _kill_step(adapter, step, path, scratch),
+            lambda path, line: KillResult(path, 0, 0, (line,)),
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return results

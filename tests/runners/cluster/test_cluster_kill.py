@@ -11,10 +11,12 @@ call on the same store reconnects and applies. Planted bugs prove both checks ha
 from __future__ import annotations
 
 import io
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -22,7 +24,7 @@ import pytest
 from conformance.cli import main
 from conformance.run.corpus import RUN_CORPUS
 from conformance.run.kill_cluster import kill_every_write, terminate_every_write
-from kernel import Command, Outcome
+from kernel import AppendEvent, Command, Effect, Outcome, RunAggregate, UpdateLease
 from runners import engine
 from runners.cluster.store import ClusterStore, ClusterTransaction
 
@@ -66,10 +68,9 @@ def test_a_sigkill_at_every_statement_boundary_leaves_the_before_or_the_after_st
     assert {(r.path.command.name, r.path.code) for r in results} >= REQUIRED
     assert [line for r in results for line in r.failures] == []
     for result in results:
-        assert result.statements >= 3  # the advisory lock, a locked load, a write
-        # every boundary before a statement, the one before COMMIT, and one after COMMIT
-        assert result.kills == result.statements + 2
-    assert sum(r.kills for r in results) == sum(r.statements + 2 for r in results)
+        assert result.statements >= 5  # BEGIN, the advisory lock, a locked load, a write, COMMIT
+        # every boundary before a query (BEGIN and COMMIT included), and one after the return
+        assert result.kills == result.statements + 1
 
 
 @pytest.mark.spec("RUN-06", "RETRY-10")
@@ -80,9 +81,8 @@ def test_a_terminated_backend_at_every_boundary_fails_the_call_and_rolls_back(
     assert {(r.path.command.name, r.path.code) for r in results} >= REQUIRED
     assert [line for r in results for line in r.failures] == []
     for result in results:
-        assert result.statements >= 3
-        assert result.terminations == result.statements + 1  # every boundary, COMMIT included
-    assert sum(r.terminations for r in results) == sum(r.statements + 1 for r in results)
+        assert result.statements >= 5
+        assert result.terminations == result.statements  # every boundary, BEGIN to COMMIT
 
 
 @contextmanager
@@ -98,10 +98,97 @@ def test_kill_mode_catches_a_store_that_commits_statement_by_statement(
     monkeypatch.setattr(ClusterStore, "transaction", _statement_by_statement)
     torn = [line for r in kill_every_write(small, pg_dsn) for line in r.failures]
     # admit_run: the first kill after insert_run commits alone leaves the Run row behind
-    assert len(torn) == 1, torn  # the pre-state is gone: the path stops, the trace too
     assert torn[0].startswith("admit_run:admitted")
-    assert "killed before statement" in torn[0]
-    assert "not the before-state: runs[r1]: unexpected row" in torn[0]
+    assert re.search(r"killed before statement \d+ \(insert_[a-z]+\)", torn[0]), torn[0]
+    assert "not the before-state (nor the after-state): runs[r1]: unexpected row" in torn[0]
+    # the pre-state is gone: the path stops, the trace too, and what it did not reach is said
+    assert len(torn) == 2, torn
+    assert f"the walk of {GRANT} stopped at admit_run:admitted" in torn[1]
+    assert "write paths not checked: " in torn[1]
+
+
+class _Deferring:
+    """Executes the state effects now and keeps the Events for a second transaction."""
+
+    def __init__(self, inner: ClusterTransaction, pending: list[Effect]) -> None:
+        self._inner = inner
+        self._pending = pending
+
+    @property
+    def connection(self) -> psycopg.Connection[Any]:
+        return self._inner.connection
+
+    def load_run(self, run_id: str) -> RunAggregate | None:
+        return self._inner.load_run(run_id)
+
+    def load_run_of_attempt(self, attempt_id: str) -> RunAggregate | None:
+        return self._inner.load_run_of_attempt(attempt_id)
+
+    def execute(self, effect: Effect) -> None:
+        if isinstance(effect, AppendEvent):
+            self._pending.append(effect)
+        else:
+            self._inner.execute(effect)
+
+
+@contextmanager
+def _events_after_commit(self: ClusterStore) -> Iterator[_Deferring]:
+    """Planted bug: the write is split into two transactions, the Events committed second."""
+    pending: list[Effect] = []
+    with self.connection() as conn:
+        with conn.transaction():
+            yield _Deferring(ClusterTransaction(conn, self.statement_trace), pending)
+        with conn.transaction():
+            late = ClusterTransaction(conn, self.statement_trace)
+            for effect in pending:
+                late.execute(effect)
+
+
+@pytest.mark.spec("RUN-06")
+def test_kill_mode_catches_a_write_split_into_two_transactions(
+    small: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every statement of every transaction a write opens is a boundary: the kill between the
+    two commits leaves the state without its Events (before issue 16 only the first
+    transaction was faulted, and this runner passed)."""
+    monkeypatch.setattr(ClusterStore, "transaction", _events_after_commit)
+    torn = [line for r in kill_every_write(small, pg_dsn) for line in r.failures]
+    assert torn, "a write that commits twice passed kill mode"
+    assert torn[0].startswith("admit_run:admitted")
+    assert "(BEGIN), not the before-state (nor the after-state): " in torn[0]
+    assert "runs[r1]: unexpected row" in torn[0]
+
+
+@pytest.mark.spec("RUN-06")
+def test_terminate_mode_catches_a_write_split_into_two_transactions(
+    small: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ClusterStore, "transaction", _events_after_commit)
+    failures = [line for r in terminate_every_write(small, pg_dsn) for line in r.failures]
+    assert failures
+    assert "backend terminated before statement" in failures[0]
+    assert "(BEGIN), not the before-state: runs[r1]: unexpected row" in failures[0]
+
+
+def test_kill_and_terminate_modes_report_a_runner_that_raises_never_crash(
+    small: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Planted bug: the store raises on every lease update. Both modes return a finding per
+    broken path and name what they could not reach; neither raises out of the walk."""
+    original = ClusterTransaction.execute
+
+    def broken(self: ClusterTransaction, effect: Effect) -> None:
+        if isinstance(effect, UpdateLease):
+            raise RuntimeError("planted")
+        original(self, effect)
+
+    monkeypatch.setattr(ClusterTransaction, "execute", broken)
+    for mode in (kill_every_write, terminate_every_write):
+        results = mode(small, pg_dsn)
+        failures = [line for r in results for line in r.failures]
+        assert failures, mode.__name__
+        assert any("RuntimeError" in line for line in failures), failures
+        assert all(not line.startswith("admit_run:") for line in failures), failures
 
 
 def test_terminate_mode_catches_a_store_that_commits_statement_by_statement(
@@ -109,9 +196,10 @@ def test_terminate_mode_catches_a_store_that_commits_statement_by_statement(
 ) -> None:
     monkeypatch.setattr(ClusterStore, "transaction", _statement_by_statement)
     failures = [line for r in terminate_every_write(small, pg_dsn) for line in r.failures]
-    assert len(failures) == 1, failures
+    assert len(failures) == 2, failures  # the torn path, then the paths its trace left
     assert "backend terminated before statement" in failures[0]
     assert "not the before-state: runs[r1]: unexpected row" in failures[0]
+    assert "write paths not checked: grant_lease:granted" in failures[1]
 
 
 def test_terminate_mode_catches_a_runner_that_hides_the_fault_and_reports_success(
@@ -149,7 +237,7 @@ def test_terminate_mode_catches_a_store_that_does_not_reconnect(
 
     monkeypatch.setattr(ClusterStore, "_open", stubborn)
     failures = [line for r in terminate_every_write(small, pg_dsn) for line in r.failures]
-    assert len(failures) == 1, failures  # the trace cannot go on
+    assert len(failures) == 2, failures  # the trace cannot go on (its other paths unchecked)
     assert "the call raised OperationalError" in failures[0]
     assert "before boundary 1" in failures[0]
 

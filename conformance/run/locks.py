@@ -1,0 +1,380 @@
+"""Lock probe: a write path's transaction locks what it loaded until it commits (issue 16 item 2;
+SPEC B-35, D-2).
+
+A trace replayed serially never shows a missing row lock: nothing else runs while a write is
+between its load and its commit. The probe makes it visible without a race. For every write path
+of the corpus (`conformance.run.walk`: the first applied occurrence of every (command, outcome
+code) pair, in the state its trace built) it runs the write on the adapter's own store through
+`runners.engine.execute` and, inside the write's transaction, just after the aggregate was
+loaded and before its first effect is written, lets a **second connection** contend for what the
+write should hold:
+
+- PostgreSQL (B-35: Run, Attempt, policy and lease rows are loaded `FOR UPDATE`): one connection
+  per kind of row the aggregate has, each running `SELECT ... FOR UPDATE` on those rows
+  (`sql/locks.sql`). Each must be seen blocked by the write's backend (`pg_blocking_pids`, polled
+  up to `BLOCK_WAIT_S`) before the next starts; one that gets its rows instead is reported (and
+  ends its transaction at once, so the write is not held up by the probe).
+- SQLite (D-2: every write is one `BEGIN IMMEDIATE` transaction): a connection with no busy
+  timeout must be refused `BEGIN IMMEDIATE` (`SQLITE_BUSY`); then a connection with a generous
+  busy timeout starts its own `BEGIN IMMEDIATE` and waits.
+
+The write then goes on; once it has returned, every waiting contender must complete (bounded by
+`RELEASE_WAIT_S`): the lock was the write's transaction's, released by its commit. The write must
+still return the step's outcome and leave the step's after-state. A write whose aggregate does
+not exist yet (`admit_run`) has no rows to lock: it is counted, with no contender. No absolute
+time is asserted: "blocked" is what the server (or SQLite's refusal) says, and the waits only
+bound how long a broken runner can hold the probe up.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import psycopg
+
+from conformance.run import cluster, edge
+from conformance.run.cluster import ClusterAdapter
+from conformance.run.corpus import RUN_CORPUS
+from conformance.run.edge import EdgeAdapter, make_edge_adapter
+from conformance.run.trace import Step
+from conformance.run.walk import WritePath, every_write
+from kernel import Effect, RunAggregate
+from runners.cluster.named_sql import STATEMENTS as CLUSTER_STATEMENTS
+from runners.edge.named_sql import STATEMENTS as EDGE_STATEMENTS
+from runners.engine import Storage, StorageTransaction, execute
+from runners.named_sql import load
+
+__all__ = [
+    "BLOCK_WAIT_S",
+    "RELEASE_WAIT_S",
+    "LockReport",
+    "LockResult",
+    "lock_every_write_cluster",
+    "lock_every_write_edge",
+    "probe_write",
+]
+
+#: How long a contender may take to show it is blocked (a busy machine can be slow to start it).
+BLOCK_WAIT_S: Final = 10.0
+#: How long a blocked contender may take to complete once the write has returned.
+RELEASE_WAIT_S: Final = 30.0
+
+STATEMENTS: Final = load("conformance.run", "locks.sql")
+
+#: PostgreSQL contenders: (statement, what it contends for, whether the aggregate has such rows).
+_ROWS: Final[tuple[tuple[str, str, Callable[[RunAggregate], bool]], ...]] = (
+    ("contend_run", "the Run row", lambda _aggregate: True),
+    ("contend_attempts", "the Attempt rows", lambda aggregate: bool(aggregate.attempts)),
+    ("contend_policy", "the policy row", lambda aggregate: aggregate.policy is not None),
+    ("contend_leases", "the lease rows", lambda aggregate: bool(aggregate.leases)),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LockResult:
+    """One write path: how many contenders were seen blocked, and one line per finding."""
+
+    path: WritePath
+    contenders: int
+    failures: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LockReport:
+    results: tuple[LockResult, ...]
+
+    @property
+    def failures(self) -> list[str]:
+        return [line for r in self.results for line in r.failures]
+
+    def summary(self) -> str:
+        blocked = sum(r.contenders for r in self.results)
+        return (
+            f"lock probe: {len(self.results)} write paths, {blocked} second connections blocked "
+            f"while a write held its transaction after the load, "
+            f"{len(self.failures)} failures"
+        )
+
+
+class Contender(Protocol):
+    """A runner's second connection, contending for what a write loaded (see the module doc)."""
+
+    def hold(self, tx: StorageTransaction, aggregate: RunAggregate) -> list[str]:
+        """In the write's transaction after the load: start the contenders and prove each one
+        blocked; return the findings (a contender that got through ended its transaction)."""
+        ...
+
+    def finish(self) -> tuple[int, list[str]]:
+        """After the write returned: wait for the blocked contenders to complete; return how
+        many were blocked, and the findings."""
+        ...
+
+
+class _Held:
+    """The write's transaction: the loads as they are, `hold` run once before the first
+    effect (the aggregate is loaded and, on PostgreSQL, locked; nothing is written yet)."""
+
+    def __init__(
+        self, inner: StorageTransaction, hold: Callable[[StorageTransaction, RunAggregate], None]
+    ) -> None:
+        self._inner = inner
+        self._hold = hold
+        self._loaded: RunAggregate | None = None
+        self._held = False
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else a store's transaction offers (its connection) is the store's own.
+        return getattr(self._inner, name)
+
+    def load_run(self, run_id: str) -> RunAggregate | None:
+        self._loaded = self._inner.load_run(run_id)
+        return self._loaded
+
+    def load_run_of_attempt(self, attempt_id: str) -> RunAggregate | None:
+        self._loaded = self._inner.load_run_of_attempt(attempt_id)
+        return self._loaded
+
+    def execute(self, effect: Effect) -> None:
+        if not self._held:
+            self._held = True
+            if self._loaded is not None:
+                self._hold(self._inner, self._loaded)
+        self._inner.execute(effect)
+
+
+class _Holding:
+    """A `Storage` whose transactions are `_Held`."""
+
+    def __init__(
+        self, inner: Storage, hold: Callable[[StorageTransaction, RunAggregate], None]
+    ) -> None:
+        self._inner = inner
+        self._hold = hold
+
+    @contextmanager
+    def transaction(self) -> Iterator[_Held]:
+        with self._inner.transaction() as tx:
+            yield _Held(tx, self._hold)
+
+
+def probe_write(store: Storage, step: Step, path: WritePath, contender: Contender) -> LockResult:
+    """Run the write of `path` on `store` (in its pre-state) with the contenders let loose after
+    its load; it must still apply as the step expects. The store is left in the after-state."""
+    findings: list[str] = []
+
+    def hold(tx: StorageTransaction, aggregate: RunAggregate) -> None:
+        findings.extend(contender.hold(tx, aggregate))
+
+    try:
+        outcome = execute(_Holding(store, hold), path.command, path.observed_at_ms)
+    finally:
+        blocked, late = contender.finish()
+    findings.extend(late)
+    actual = (outcome.kind.value, outcome.code.value)
+    if actual != (step.expect.kind, step.expect.code):
+        expected = f"{step.expect.kind} {step.expect.code or ''}".rstrip()
+        findings.append(f"returned {actual[0]} {actual[1]} under the probe, expected {expected}")
+    return LockResult(path, blocked, tuple(f"{path.label}: {line}" for line in findings))
+
+
+# ---------------------------------------------------------------------------- PostgreSQL ----
+
+
+class _Waiter(threading.Thread):
+    """One contender: on a connection of its own, `statement` in a transaction that ends as
+    soon as the rows are got (so it never holds the write up longer than that)."""
+
+    def __init__(self, dsn: str, schema: str, statement: str, run_id: str) -> None:
+        super().__init__(daemon=True)
+        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.conn.execute(CLUSTER_STATEMENTS["set_search_path"], {"schema": schema})
+        self.pid = self.conn.info.backend_pid
+        self.statement = statement
+        self.run_id = run_id
+        self.error: str | None = None
+
+    def run(self) -> None:
+        try:
+            with self.conn.transaction():
+                self.conn.execute(STATEMENTS[self.statement], {"run_id": self.run_id}).fetchall()
+        except Exception as exc:  # reported by `finish`, never lost in a thread
+            self.error = f"{type(exc).__name__}: {exc}"
+
+
+class PostgresContender:
+    """`SELECT ... FOR UPDATE` from second connections on the rows the write loaded (B-35)."""
+
+    def __init__(self, dsn: str, schema: str, monitor: psycopg.Connection[Any]) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.monitor = monitor
+        self._waiting: list[tuple[str, _Waiter]] = []
+
+    def hold(self, tx: StorageTransaction, aggregate: RunAggregate) -> list[str]:
+        writer: int = getattr(tx, "connection").info.backend_pid  # noqa: B009 - the store's own
+        findings: list[str] = []
+        for statement, rows, present in _ROWS:
+            if not present(aggregate):
+                continue
+            waiter = _Waiter(self.dsn, self.schema, statement, aggregate.run.run_id)
+            waiter.start()
+            state = self._blocked(waiter, writer)
+            if state == "blocked":
+                self._waiting.append((rows, waiter))
+                continue
+            waiter.join(RELEASE_WAIT_S)
+            waiter.conn.close()
+            if state == "through":
+                why = waiter.error or "got them"
+                findings.append(
+                    f"a second connection's FOR UPDATE on {rows} did not block while the write "
+                    f"held its transaction after the load ({why})"
+                )
+            else:
+                findings.append(
+                    f"a second connection's FOR UPDATE on {rows} was neither blocked by the "
+                    f"write nor done after {BLOCK_WAIT_S:g} s"
+                )
+        return findings
+
+    def _blocked(self, waiter: _Waiter, writer: int) -> str:
+        """`blocked` once the server says the writer blocks it, `through` when it finished,
+        `neither` when the bounded wait ran out."""
+        deadline = time.monotonic() + BLOCK_WAIT_S
+        while True:
+            if not waiter.is_alive():
+                return "through"
+            row = self.monitor.execute(
+                STATEMENTS["blocked_by"], {"blocker": writer, "pid": waiter.pid}
+            ).fetchone()
+            if row is not None and row[0] is True:
+                return "blocked"
+            if time.monotonic() > deadline:
+                return "neither"
+            time.sleep(0.002)
+
+    def finish(self) -> tuple[int, list[str]]:
+        waiting, self._waiting = self._waiting, []
+        findings: list[str] = []
+        for rows, waiter in waiting:
+            waiter.join(RELEASE_WAIT_S)
+            if waiter.is_alive():
+                findings.append(
+                    f"the second connection's FOR UPDATE on {rows} was still blocked "
+                    f"{RELEASE_WAIT_S:g} s after the write returned"
+                )
+                waiter.conn.cancel_safe()
+                waiter.join(RELEASE_WAIT_S)
+            elif waiter.error is not None:
+                findings.append(
+                    f"the second connection's FOR UPDATE on {rows} failed once the write "
+                    f"returned: {waiter.error}"
+                )
+            waiter.conn.close()
+        return len(waiting), findings
+
+
+def lock_every_write_cluster(root: Path, dsn: str) -> LockReport:
+    """The lock probe over the traces under `root` on the cluster runner."""
+
+    def probe(adapter: ClusterAdapter, step: Step, path: WritePath) -> LockResult:
+        contender = PostgresContender(dsn, adapter.store.schema, monitor)
+        return probe_write(adapter.store, step, path, contender)
+
+    with psycopg.connect(dsn, autocommit=True) as monitor:
+        results = every_write(
+            root,
+            cluster.CAPABILITIES,
+            lambda: ClusterAdapter(dsn),
+            probe,
+            lambda path, line: LockResult(path, 0, (line,)),
+        )
+    return LockReport(tuple(results))
+
+
+# ---------------------------------------------------------------------------- SQLite --------
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    return getattr(exc, "sqlite_errorname", "") in {"SQLITE_BUSY", "SQLITE_LOCKED"}
+
+
+class SqliteContender:
+    """`BEGIN IMMEDIATE` from a second connection on the write's database file (D-2)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._waiter: threading.Thread | None = None
+        self._error: str | None = None
+
+    def _connect(self, timeout_s: float) -> sqlite3.Connection:
+        return sqlite3.connect(
+            self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False
+        )
+
+    def hold(self, tx: StorageTransaction, aggregate: RunAggregate) -> list[str]:
+        conn = self._connect(0.0)
+        try:
+            conn.execute(EDGE_STATEMENTS["begin_immediate"])
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc):
+                return [f"a second connection's BEGIN IMMEDIATE failed: {exc}"]
+        else:
+            conn.execute(
+                EDGE_STATEMENTS["rollback"]
+            )  # at once: the write must not wait for the probe
+            return [
+                "a second connection's BEGIN IMMEDIATE did not block while the write held its "
+                "transaction after the load"
+            ]
+        finally:
+            conn.close()
+
+        def wait() -> None:
+            try:
+                waiting = self._connect(RELEASE_WAIT_S)
+                try:
+                    waiting.execute(EDGE_STATEMENTS["begin_immediate"])
+                    waiting.execute(EDGE_STATEMENTS["rollback"])
+                finally:
+                    waiting.close()
+            except Exception as exc:  # reported by `finish`, never lost in a thread
+                self._error = f"{type(exc).__name__}: {exc}"
+
+        self._waiter = threading.Thread(target=wait, daemon=True)
+        self._waiter.start()
+        return []
+
+    def finish(self) -> tuple[int, list[str]]:
+        waiter, self._waiter = self._waiter, None
+        if waiter is None:
+            return 0, []
+        waiter.join(RELEASE_WAIT_S * 2)
+        if waiter.is_alive():
+            return 1, ["the second connection's BEGIN IMMEDIATE never completed"]
+        if self._error is not None:
+            return 1, [f"the second connection's BEGIN IMMEDIATE failed: {self._error}"]
+        return 1, []
+
+
+def lock_every_write_edge(root: Path = RUN_CORPUS) -> LockReport:
+    """The lock probe over the traces under `root` on the edge runner."""
+
+    def probe(adapter: EdgeAdapter, step: Step, path: WritePath) -> LockResult:
+        return probe_write(adapter.store, step, path, SqliteContender(adapter.store.path))
+
+    results = every_write(
+        root,
+        edge.CAPABILITIES,
+        make_edge_adapter,
+        probe,
+        lambda path, line: LockResult(path, 0, (line,)),
+    )
+    return LockReport(tuple(results))

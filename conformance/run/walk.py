@@ -1,0 +1,164 @@
+"""The walk of kill, terminate and lock modes: every write path of a corpus in its pre-state
+(issue 16 items 2 and 3; RUN-06, RETRY-10, B-35, D-2).
+
+A write path is the first applied occurrence of a (command, outcome code) pair in the corpus,
+named traces first, each in the state its own trace built on a fresh adapter. `every_write`
+replays each trace that has a new path, hands every new path to `handle` in its pre-state
+(`handle` must leave the step applied, as the trace expects), and replays every other step as
+the replayer does.
+
+A walk never crashes on a broken runner and never hides what it could not check: a step that
+raises or diverges (outcome, page or projection), a `handle` that raises, or a write that did
+not leave its after-state stops that trace, and every path the trace still had that no later
+trace reaches is reported through `missed`, one result per stopped trace naming the cause and
+the paths left unchecked. The replay reports the divergence itself; a mode reports what it lost.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from conformance.run.adapter import ConformanceAdapter
+from conformance.run.corpus import read_text, read_trace, trace_paths
+from conformance.run.projection import diff
+from conformance.run.replay import apply_step, step_label
+from conformance.run.trace import Step, decode_trace_command
+from kernel import Command, Rejected
+
+__all__ = ["WritePath", "every_write", "write_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class WritePath:
+    """One write to fault or probe: the trace and step it comes from, and the command."""
+
+    trace: str
+    step: int
+    command: Command
+    observed_at_ms: int
+    code: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.command.name, self.code
+
+    @property
+    def label(self) -> str:
+        return f"{self.command.name}:{self.code} ({self.trace} step {self.step})"
+
+
+def write_of(trace: str, step: Step) -> WritePath | None:
+    """The write path of a step: an applied command without a fault, or None."""
+    if step.command is None or step.fault is not None or step.expect.kind != "applied":
+        return None
+    command = decode_trace_command(step.command)
+    if isinstance(command, Rejected):
+        return None
+    return WritePath(trace, step.step, command, step.observed_at_ms, step.expect.code or "")
+
+
+A = TypeVar("A", bound=ConformanceAdapter)
+R = TypeVar("R")
+
+
+def _diverged(adapter: ConformanceAdapter, step: Step) -> str | None:
+    """Why replaying `step` did not give what the trace expects, or None (the replayer's
+    comparison: outcome kind and code, page, projection)."""
+    try:
+        actual = apply_step(adapter, step)
+    except Exception as exc:  # a runner failure stops the trace; it is reported, not raised
+        return f"step {step.step} ({step_label(step)}) raised {type(exc).__name__}: {exc}"
+    expected = (step.expect.kind, step.expect.code)
+    if (actual.kind, actual.code) != expected:
+        return (
+            f"step {step.step} ({step_label(step)}) diverged: {actual.kind} {actual.code or ''}"
+            f", expected {expected[0]} {expected[1] or ''}"
+        )
+    if actual.page != step.expect.page:
+        return f"step {step.step} ({step_label(step)}) diverged: not the expected page"
+    changes = diff(step.expect.projection, adapter.project())
+    if changes:
+        return f"step {step.step} ({step_label(step)}) diverged: {'; '.join(changes[:3])}"
+    return None
+
+
+def _scan(trace_path: Path) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
+    """A trace's capabilities and the (command, code) keys of its applied, unfaulted commands,
+    from the JSON alone: deciding to skip a trace must not cost a full decode (the corpus has
+    hundreds of traces, a mode walks a few dozen). A malformed trace is left to `read_trace`."""
+    try:
+        lines = [json.loads(line) for line in read_text(trace_path).splitlines() if line.strip()]
+        capabilities = frozenset(lines[0].get("capabilities", ()))
+        keys = frozenset(
+            (str(step["command"]["name"]), str(step["expect"].get("code") or ""))
+            for step in lines[1:]
+            if step.get("command")
+            and not step.get("fault")
+            and step["expect"].get("kind") == "applied"
+        )
+    except (ValueError, LookupError, TypeError, AttributeError, IndexError):
+        return frozenset(), frozenset({("", "malformed")})  # never skipped: read it properly
+    return capabilities, keys
+
+
+def _paths(name: str, steps: Iterable[Step]) -> list[WritePath]:
+    return [path for step in steps if (path := write_of(name, step)) is not None]
+
+
+def every_write(
+    root: Path,
+    capabilities: frozenset[str],
+    make_adapter: Callable[[], A],
+    handle: Callable[[A, Step, WritePath], R],
+    missed: Callable[[WritePath, str], R],
+) -> list[R]:
+    """`handle` for every write path under `root` the adapter can run, then one `missed` result
+    per trace whose walk stopped before paths no other trace reached (see the module doc)."""
+    seen: set[tuple[str, str]] = set()
+    results: list[R] = []
+    # key -> (the path as first met, why its trace stopped before it)
+    unreached: dict[tuple[str, str], tuple[WritePath, str]] = {}
+    for trace_path in trace_paths(root):  # named traces first, then the generated ones
+        needs, keys = _scan(trace_path)
+        if not needs <= capabilities or keys <= seen:
+            continue  # not for this runner, or nothing new here: do not pay for the replay
+        trace = read_trace(trace_path)
+        name = trace.header.name
+        if not set(trace.header.capabilities) <= capabilities:
+            continue
+        adapter = make_adapter()
+        try:
+            for index, step in enumerate(trace.steps):
+                path = write_of(name, step)
+                stopped: str | None = None
+                if path is not None and path.key not in seen:
+                    seen.add(path.key)
+                    unreached.pop(path.key, None)
+                    try:
+                        results.append(handle(adapter, step, path))
+                    except Exception as exc:  # a mode's finding, never a traceback
+                        line = f"{path.label}: raised {type(exc).__name__}: {exc}"
+                        results.append(missed(path, line))
+                    if diff(step.expect.projection, adapter.project()):
+                        stopped = f"the walk of {name} stopped at {path.label} (reported)"
+                else:
+                    why = _diverged(adapter, step)
+                    stopped = None if why is None else f"{name}: {why}"
+                if stopped is not None:
+                    for later in _paths(name, trace.steps[index + 1 :]):
+                        if later.key not in seen and later.key not in unreached:
+                            unreached[later.key] = (later, stopped)
+                    break
+        finally:
+            adapter.close()
+    by_cause: dict[str, list[WritePath]] = {}
+    for path, cause in unreached.values():
+        by_cause.setdefault(cause, []).append(path)
+    for cause, paths in by_cause.items():
+        labels = ", ".join(f"{p.command.name}:{p.code}" for p in paths)
+        results.append(missed(paths[0], f"{cause}; {len(paths)} write paths not checked: {labels}"))
+    return results
