@@ -9,10 +9,12 @@ After the replay, `qlk conform` runs the guard mode (every runner whose adapter 
 storage port: a stale variant of every guard of every write path must be refused) and, for the
 edge runner, the kill mode (SIGKILL at every statement boundary of every write path); for the
 cluster runner, the kill mode and the terminate mode (`pg_terminate_backend` of the runner's
-backend at every statement boundary, `conformance.run.kill_cluster`). For the edge and cluster
-runners, last, the lock probe (`conformance.run.locks`, B-35, D-2): while every write path holds
-its transaction after its load, a second connection's `FOR UPDATE` / `BEGIN IMMEDIATE` on what
-it loaded must block until it commits.
+backend at every statement boundary, `conformance.run.kill_cluster`); for a `module:factory`
+runner whose adapter offers the kill-mode port, the kill mode at every boundary of its storage
+port (`conformance.run.kill_port`), else a line saying it did not run and what it lacks. For
+the edge and cluster runners, last, the lock probe (`conformance.run.locks`, B-35, D-2): while
+every write path holds its transaction after its load, a second connection's `FOR UPDATE` /
+`BEGIN IMMEDIATE` on what it loaded must block until it commits.
 
 `--component journal` replays the journal corpus (`conformance/traces/journal/`, SPEC §7
 component `journal`) against the file and/or SQLite journal adapter on real temporary roots
@@ -126,9 +128,9 @@ def register(commands: Commands) -> None:
     conform.add_argument(
         "--no-kill",
         action="store_true",
-        help="edge and cluster: skip the kill mode (SIGKILL at every statement boundary of "
-        "every write path) and, cluster, the terminate mode (pg_terminate_backend at every "
-        "statement boundary)",
+        help="skip the kill mode (SIGKILL at every statement boundary of every write path; "
+        "for module:factory runners, at every boundary of the storage port) and, cluster, the "
+        "terminate mode (pg_terminate_backend at every statement boundary)",
     )
     conform.add_argument(
         "--no-locks",
@@ -328,8 +330,11 @@ def _conform_on(
         modes.append(_kill_mode(root, ctx))
     if args.runner == "cluster" and not args.no_kill and dsn is not None:
         modes.extend(_cluster_kill_mode(root, dsn, ctx))
-    if args.runner not in {"edge", "cluster"} and not args.no_kill:
+    if args.runner == "reference" and not args.no_kill:
         modes.append(_kill_mode_not_run(args.runner, ctx))
+    if args.runner not in {"edge", "cluster", "reference"} and not args.no_kill:
+        with _replay_errors(args.runner):
+            modes.append(_port_kill_mode(args.runner, _factory(args.runner, dsn), root, ctx))
     if args.runner in {"edge", "cluster"} and not args.no_locks:
         modes.extend(_lock_probe(args.runner, root, dsn, ctx))
     if args.junit is not None:
@@ -448,6 +453,24 @@ def _kill_mode_not_run(runner: str, ctx: Context) -> ModeResult:
         )
     print(f"kill mode: {reason}", file=ctx.out)
     return ModeResult("kill mode", f"kill mode: {reason}", skipped=reason)
+
+
+def _port_kill_mode(runner: str, factory: AdapterFactory, root: Path, ctx: Context) -> ModeResult:
+    """Kill mode through the adapter port for a `module:factory` runner that offers it
+    (`conformance.run.kill_port`); otherwise not run, with the part of the port it lacks."""
+    kill = importlib.import_module("conformance.run.kill_port")
+    report = kill.kill_every_write(factory, root, fresh=guarded(factory))
+    if report.not_run is not None:
+        reason = (
+            f"did not run: {runner} is not a built-in runner and {report.not_run}; "
+            "docs/adapter-guide.md, kill mode"
+        )
+        print(f"kill mode: {reason}", file=ctx.out)
+        return ModeResult("kill mode", f"kill mode: {reason}", skipped=reason)
+    line = f"kill mode: {report.summary()}"
+    print(line, file=ctx.out)
+    _print_failures(report.failures, ctx)
+    return ModeResult("kill mode", line, tuple(report.failures))
 
 
 def _kill_mode(root: Path, ctx: Context) -> ModeResult:

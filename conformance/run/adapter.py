@@ -50,6 +50,26 @@ class ConformanceAdapter(Protocol):
     def close(self) -> None: ...
 
 
+#: The capability an adapter declares when it offers the kill-mode port (`KillPort`): kill mode
+#: (`conformance.run.kill_port`) re-creates it in a child process on the same database and
+#: SIGKILLs that child at every boundary of its storage port (RUN-06, RETRY-10).
+KILL = "kill"
+
+
+class KillPort(Protocol):
+    """The optional kill-mode port of a third-party adapter (capability `kill`; issue 16 item 4).
+
+    `store` is the adapter's storage port (`runners.engine.Storage`, as for `guards`), and
+    `locator()` a picklable value that names the database this adapter opened: the runner's
+    factory, called with it (`factory(locator)`), must return an adapter on the **same**
+    database that does not own it (its `close()` deletes nothing). That is all kill mode needs to
+    run a write in a child process, kill the child, and re-open the database in the parent."""
+
+    store: Storage
+
+    def locator(self) -> object: ...
+
+
 def run_step(
     storage: Storage, command: Command | None, observed_at_ms: int, fault: Fault | None
 ) -> StepResult:

@@ -1,0 +1,297 @@
+"""A worked third-party runner: the Run domain kept in one JSON file, behind the ports that
+`qlk conform` checks (docs/adapter-guide.md, "From nothing to a passing adapter").
+
+Copy this file into a folder of your own and run, from that folder,
+
+    qlk conform --runner jsonstore:make_adapter
+
+It is a real store, not a mock: every committed transaction is a new version of the file,
+written to a temporary file, flushed to disk and renamed over the old one with `os.replace`
+(atomic on POSIX), so a process killed at any point leaves the old or the new file, never half
+of one (RUN-06). An exclusive `flock` on a lock file beside it makes each transaction's
+read-modify-write serial across processes, as `BEGIN IMMEDIATE` does for SQLite (B-35). Nothing
+is cached between transactions: each one reads the file, so a second process, or this one after
+a restart, sees exactly what was committed.
+
+It decides nothing (ARCHITECTURE rule 1). It uses three kernel helpers, each for what it defines:
+
+- `kernel.apply_effects` persists one effect the way the effect's docstring defines it, and
+  raises `EffectConflict` when the effect's guard (version, status, lease generation, token
+  digest; V-1, V-2) does not hold against the row read in this transaction: mapped to
+  `StaleWrite`. Event uniqueness (`seq`, `dedupe_key`; V-3) and attempt ids unique across Runs are
+  this store's own keys, checked here.
+- `kernel.selection` answers every source (SPEC §1.8.2, §1.8.3, §1.9, §2.2, §2.3, §3.16): a
+  store without a query language hands it every aggregate and gets the oracle's own page.
+- `conformance.run.projection.project` builds the canonical projection from the rows as stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from conformance.run.adapter import StoreAdapter
+from conformance.run.projection import Projection, project
+from kernel import (
+    AppendEvent,
+    Attempt,
+    Effect,
+    EffectConflict,
+    Event,
+    InsertAttempt,
+    Lease,
+    Page,
+    Run,
+    RunAggregate,
+    RunRetryPolicy,
+    apply_effects,
+    selection,
+)
+from runners.engine import StaleWrite
+
+Row = dict[str, Any]
+#: The file's content: one entry per Run, its rows as plain JSON (enums as their values).
+Data = dict[str, dict[str, Any]]
+
+
+def _encode(value: Run | Attempt | RunRetryPolicy | Lease | Event) -> Row:
+    """An entity as a JSON object, field by field (enums as values, a payload as pairs)."""
+    out: Row = {}
+    for item in dataclasses.fields(value):
+        field = getattr(value, item.name)
+        if isinstance(field, enum.Enum):
+            field = field.value
+        elif item.name == "payload":
+            field = [[k, v.value if isinstance(v, enum.Enum) else v] for k, v in field]
+        out[item.name] = field
+    return out
+
+
+def _enum_fields(cls: type) -> dict[str, type[enum.Enum]]:
+    """The fields of an entity whose type is an enum (optional or not), with that enum."""
+    found: dict[str, type[enum.Enum]] = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        for option in typing.get_args(hint) or (hint,):
+            if isinstance(option, type) and issubclass(option, enum.Enum):
+                found[name] = option
+    return found
+
+
+#: The enum fields of each stored entity, found once from the type hints.
+_ENUMS: dict[type, dict[str, type[enum.Enum]]] = {
+    cls: _enum_fields(cls) for cls in (Run, Attempt, RunRetryPolicy, Lease, Event)
+}
+
+T = typing.TypeVar("T")
+
+
+def _decode(cls: type[T], row: Row) -> T:
+    """The entity `cls` back from its JSON object."""
+    values = dict(row)
+    for name, kind in _ENUMS[cls].items():
+        if values.get(name) is not None:
+            values[name] = kind(values[name])
+    if "payload" in values:
+        values["payload"] = tuple((k, v) for k, v in values["payload"])
+    return cls(**values)
+
+
+def _aggregate(entry: dict[str, Any]) -> RunAggregate:
+    return RunAggregate(
+        run=_decode(Run, entry["run"]),
+        attempts=tuple(_decode(Attempt, a) for a in entry["attempts"]),
+        policy=None if entry["policy"] is None else _decode(RunRetryPolicy, entry["policy"]),
+        leases=tuple(_decode(Lease, x) for x in entry["leases"]),
+    )
+
+
+class JsonTransaction:
+    """One transaction: the file as read when it began, changed in memory; written (all of it,
+    or nothing) when the block ends normally."""
+
+    def __init__(self, data: Data) -> None:
+        self.data = data
+
+    def load_run(self, run_id: str) -> RunAggregate | None:
+        entry = self.data.get(run_id)
+        return None if entry is None else _aggregate(entry)
+
+    def load_run_of_attempt(self, attempt_id: str) -> RunAggregate | None:
+        for entry in self.data.values():
+            if any(a["attempt_id"] == attempt_id for a in entry["attempts"]):
+                return _aggregate(entry)
+        return None
+
+    def execute(self, effect: Effect) -> None:
+        """Persist one effect, or raise `StaleWrite` when its guard or a key does not hold."""
+        if isinstance(effect, AppendEvent):
+            event = effect.event
+            entry = self.data.get(event.run_id)
+            if entry is None:
+                raise StaleWrite(f"event for a missing run {event.run_id}")
+            for other in entry["events"]:  # unique (run_id, seq) and (run_id, dedupe_key): V-3
+                if other["seq"] == event.seq or other["dedupe_key"] == event.dedupe_key:
+                    raise StaleWrite(f"event seq {event.seq} or its dedupe key exists")
+            entry["events"].append(_encode(event))
+            return
+        run_id = effect.row.run_id
+        if isinstance(effect, InsertAttempt):  # attempt ids are keys across all Runs (§1.1)
+            owner = self.load_run_of_attempt(effect.row.attempt_id)
+            if owner is not None and owner.run.run_id != run_id:
+                raise StaleWrite(f"attempt {effect.row.attempt_id} belongs to another run")
+        entry = self.data.get(run_id)
+        before = None if entry is None else _aggregate(entry)
+        try:
+            after = apply_effects(before, (effect,))
+        except EffectConflict as exc:  # the guard did not hold: zero rows, never a success
+            raise StaleWrite(str(exc)) from None
+        self.data[run_id] = {
+            "run": _encode(after.run),
+            "attempts": [_encode(a) for a in after.attempts],
+            "policy": None if after.policy is None else _encode(after.policy),
+            "leases": [_encode(x) for x in after.leases],
+            "events": [] if entry is None else entry["events"],
+        }
+
+
+class JsonStore:
+    """The storage port (`runners.engine.Storage`), the sources (`runners.sources.Sources`)
+    and the projection over one JSON file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = path.with_name(path.name + ".lock")
+
+    def _read(self) -> Data:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}  # a fresh database: no Run yet
+        data: Data = json.loads(text)
+        return data
+
+    def _write(self, data: Data) -> None:
+        """The new version of the file, whole, then renamed over the old one (atomic)."""
+        temporary = self.path.with_name(self.path.name + ".tmp")
+        with temporary.open("w", encoding="utf-8") as out:
+            out.write(json.dumps(data, separators=(",", ":")))
+            out.flush()
+            os.fsync(out.fileno())  # durable before it becomes the database
+        os.replace(temporary, self.path)
+
+    @contextmanager
+    def transaction(self) -> Iterator[JsonTransaction]:
+        """Commit when the block ends normally; when it raises nothing is written."""
+        with self._lock.open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one writer at a time, released when we close
+            tx = JsonTransaction(self._read())
+            yield tx
+            self._write(tx.data)
+
+    # -- the sources: the kernel's oracle over every stored aggregate -------------------------
+    def _runs(self) -> list[RunAggregate]:
+        return [_aggregate(entry) for entry in self._read().values()]
+
+    def lost_retry_candidates(
+        self, observed_at_ms: int, limit: int
+    ) -> Page[tuple[int, int, int, str]]:
+        return selection.lost_retry_candidates(self._runs(), observed_at_ms, limit)
+
+    def runtime_recovery_candidates(
+        self, observed_at_ms: int, limit: int
+    ) -> Page[tuple[int, int, str]]:
+        return selection.runtime_recovery_candidates(self._runs(), observed_at_ms, limit)
+
+    def lease_expiry_candidates(
+        self, observed_at_ms: int, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]:
+        return selection.lease_expiry_candidates(self._runs(), observed_at_ms, limit, after)
+
+    def local_startup_candidates(
+        self, limit: int, after: tuple[str] | None = None
+    ) -> Page[tuple[str]]:
+        return selection.local_startup_candidates(self._runs(), limit, after)
+
+    def orphaned_created_candidates(
+        self, process_started_at_ms: int, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]:
+        return selection.orphaned_created_candidates(
+            self._runs(), process_started_at_ms, limit, after
+        )
+
+    def cancel_convergence_candidates(self, limit: int) -> Page[tuple[int, str]]:
+        return selection.cancel_convergence_candidates(self._runs(), limit)
+
+    def local_dispatch_candidates(
+        self, local_executor_type: str, limit: int, after: tuple[int, int, str] | None = None
+    ) -> Page[tuple[int, int, str]]:
+        return selection.local_dispatch_candidates(self._runs(), local_executor_type, limit, after)
+
+    # -- the projection: read from the file itself, not through the kernel --------------------
+    def project(self) -> Projection:
+        data = self._read()
+        aggregates = [_aggregate(entry) for entry in data.values()]
+        events = {
+            run_id: [_decode(Event, e) for e in entry["events"]] for run_id, entry in data.items()
+        }
+        return project(aggregates, events)
+
+
+class JsonAdapter(StoreAdapter):
+    """The conformance adapter: commands, faults and pages through the suite's shared step
+    semantics (`StoreAdapter`), the store above, and the two optional ports: `guards` (guard
+    mode probes `store`) and `kill` (kill mode re-creates the adapter from `locator()` in a
+    child process on the same file)."""
+
+    name = "jsonstore"
+    capabilities = frozenset(
+        {
+            "run",
+            "faults",
+            "sources",
+            "local_recovery",
+            "cluster_recovery",
+            "lost_retry_local",
+            "lost_retry_cluster",
+            "guards",
+            "kill",
+        }
+    )
+
+    store: JsonStore
+
+    def __init__(self, path: Path, *, owned: Path | None) -> None:
+        self.store = JsonStore(path)
+        self._owned = owned  # the temporary folder `close()` deletes, if this adapter made it
+
+    def locator(self) -> str:
+        """The kill-mode port: what `make_adapter` needs to open this same database."""
+        return str(self.store.path)
+
+    def reopen(self) -> None:
+        return None  # nothing is cached between transactions: a restart changes nothing
+
+    def close(self) -> None:
+        if self._owned is not None:
+            shutil.rmtree(self._owned, ignore_errors=True)
+            self._owned = None
+
+
+def make_adapter(locator: str | None = None) -> JsonAdapter:
+    """The factory `qlk conform` calls: with no argument, a fresh, empty database in a new
+    temporary folder (deleted on `close()`); with a `locator()` of another adapter, that same
+    database, which this adapter does not own (kill mode's child process)."""
+    if locator is not None:
+        return JsonAdapter(Path(locator), owned=None)
+    folder = Path(tempfile.mkdtemp(prefix="jsonstore-"))
+    return JsonAdapter(folder / "db.json", owned=folder)

@@ -1,0 +1,140 @@
+"""docs/adapter-guide.md is true (issue 16 item 4): its walk-through, run as a newcomer would run
+it, ends with a passing third-party adapter, kill mode included; its tables of effect fields,
+aggregate shapes and enum values are the kernel's own."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import re
+import shutil
+import subprocess
+import sys
+import typing
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from kernel import effects, entities
+from kernel.specs import states
+
+ROOT = Path(__file__).resolve().parents[1]
+GUIDE = ROOT / "docs" / "adapter-guide.md"
+BIN = Path(sys.executable).parent  # the venv's console scripts: `qlk`, `pytest`
+
+
+def _block_after(marker: str, fence: str) -> list[str]:
+    """The lines of the first fenced block (or table) after the HTML comment `marker`."""
+    text = GUIDE.read_text(encoding="utf-8")
+    start = text.index(f"<!-- {marker}")
+    lines = text[start:].splitlines()[1:]
+    if fence == "table":
+        table = []
+        for line in lines:
+            if not line.startswith("|"):
+                break
+            table.append(line)
+        return table
+    assert lines[0] == f"```{fence}", lines[0]
+    return lines[1 : lines.index("```")]
+
+
+def _table(marker: str) -> dict[str, list[str]]:
+    """First column (a backticked name) -> the backticked items of the second column."""
+    rows: dict[str, list[str]] = {}
+    for line in _block_after(marker, "table")[2:]:  # after the header and its rule
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        name = cells[0].strip("`")
+        rows[name] = [item.replace("\\|", "|") for item in re.findall(r"`([^`]*)`", cells[1])]
+    return rows
+
+
+def _fields(cls: type) -> list[str]:
+    return [f"{f.name}: {f.type}" for f in dataclasses.fields(cls)]
+
+
+def test_the_effect_table_is_kernel_effects() -> None:
+    table = _table("effects:")
+    members = typing.get_args(effects.Effect)
+    assert list(table) == [cls.__name__ for cls in members]
+    for cls in members:
+        assert table[cls.__name__] == _fields(cls), cls.__name__
+
+
+def test_the_shape_table_is_kernel_entities() -> None:
+    table = _table("shapes:")
+    shapes = (
+        entities.RunAggregate,
+        entities.Run,
+        entities.Attempt,
+        entities.RunRetryPolicy,
+        entities.Lease,
+        entities.Event,
+    )
+    assert list(table) == [cls.__name__ for cls in shapes]
+    for cls in shapes:
+        assert table[cls.__name__] == _fields(cls), cls.__name__
+
+
+def test_the_enum_table_is_every_enum_a_stored_field_has() -> None:
+    table = _table("enums:")
+    stored: set[str] = set()
+    for cls in (entities.Run, entities.Attempt, entities.RunRetryPolicy, entities.Lease):
+        for hint in typing.get_type_hints(cls).values():
+            stored.update(
+                o.__name__
+                for o in typing.get_args(hint) or (hint,)
+                if isinstance(o, type) and issubclass(o, enum.Enum)
+            )
+    stored.add("Actor")  # Event.actor
+    assert set(table) == stored
+    for name, values in table.items():
+        assert values == [member.value for member in getattr(states, name)], name
+
+
+@pytest.mark.slow
+@pytest.mark.spec("RUN-06", "RETRY-10")
+def test_the_walkthrough_takes_a_newcomer_to_a_passing_adapter(tmp_path: Path) -> None:
+    """The guide's §0 block, run as written in an empty folder with the installed `qlk` and
+    `pytest` and no PYTHONPATH: the example JSON store passes replay, guard mode and kill mode
+    through the adapter port, and the pytest plugin."""
+    commands = _block_after("walkthrough:", "sh")
+    assert any(c.startswith("qlk conform ") for c in commands)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "PYTHONPATH" and not k.startswith(("PYTEST_", "QL3_"))
+    }
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["QL3_KERNEL"] = str(ROOT)
+    script = "\n".join(["set -euo pipefail", *commands])
+    done = subprocess.run(
+        [shutil.which("bash") or "/bin/bash", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    out = done.stdout
+    assert done.returncode == 0, f"{out[-4000:]}\n{done.stderr[-4000:]}"
+    assert "verdict: PASS" in out.splitlines(), out[-3000:]
+    assert "did not run" not in out
+    kill = re.search(
+        r"^kill mode: (\d+) write paths, (\d+) SIGKILLs at every storage-port", out, re.M
+    )
+    assert kill is not None, out[-3000:]
+    assert int(kill.group(1)) > 0
+    assert int(kill.group(2)) > int(kill.group(1))
+    assert re.search(
+        r"^guard mode: \d+ write paths, \d+ stale writes probed .* 0 accepted", out, re.M
+    )
+    assert re.search(r"^\d+ passed", out, re.M), out[-3000:]  # the pytest plugin's summary
+    suite = ET.parse(tmp_path / "my-adapter" / "report.xml").getroot()
+    assert suite.get("failures") == "0"
+    kill_case = suite.find("testcase[@name='kill mode']")
+    assert kill_case is not None
+    assert kill_case.find("skipped") is None
