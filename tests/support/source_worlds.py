@@ -4,7 +4,9 @@ Any rows the schema admits, not only states the kernel reaches, so a runner's SQ
 with its oracle (`kernel.selection`) everywhere: Runs of every status, owner and kind, with and
 without intent; Attempts with every binding fact alone or together; lease rows of every status
 and release reason; policies; Events with small payloads. Often coherent (the latest Attempt
-fits the Run status, I-2), so pages fill up and `has_more` is exercised.
+fits the Run status, I-2), so pages fill up and `has_more` is exercised. Ids mix case, `-` and
+`_`, so code-point order (the oracle's) and a linguistic collation disagree on them; `world(
+TIED_TIMES)` draws every time from 0..2, so keys tie on every time column.
 """
 
 from __future__ import annotations
@@ -43,7 +45,15 @@ from kernel.specs.states import (
 )
 
 TIMES = st.integers(0, 30)  # a small range: ties in every key, broken by the ids
+#: A tiny range: most keys tie on every time column, so only the ids break the ties.
+TIED_TIMES = st.integers(0, 2)
 MAYBE_TIME = st.none() | TIMES
+#: Run ids and Attempt id prefixes mix lower and upper case, digits, `-` and `_`: code-point
+#: order (the oracle's `str` order) differs from a linguistic collation (ICU or glibc `en_US`
+#: put `a` before `Z` and `_` before `-`), so a store that sorts or compares ids without
+#: code-point collation disagrees with the oracle on some world.
+RUN_ID_ALPHABET = "rxyzRZ_019"
+ATTEMPT_ID_PREFIXES = "abczB_"
 EXECUTORS = ("local", "shell")
 DIGEST = "0123456789abcdef" * 4
 # Weighted toward the states the sources select, so pages fill up and `has_more` is exercised;
@@ -94,12 +104,12 @@ BINDING_FACTS = sorted(BINDING_FACTS_VALUES)
 
 @st.composite
 def attempts_and_leases(
-    draw: st.DrawFn, run_id: str, count: int
+    draw: st.DrawFn, run_id: str, count: int, times: st.SearchStrategy[int] = TIMES
 ) -> tuple[list[Attempt], list[Lease]]:
     attempts: list[Attempt] = []
     leases: list[Lease] = []
     for number in range(1, count + 1):
-        prefix = draw(st.sampled_from("abcz"))
+        prefix = draw(st.sampled_from(ATTEMPT_ID_PREFIXES))
         attempt_id = f"{prefix}-{run_id}-{number}"
         # Binding, offer, start and callback facts: none (pristine if claimed), exactly one
         # (each term of "pristine" matters alone), or any.
@@ -118,11 +128,11 @@ def attempts_and_leases(
                 number=number,
                 status=draw(ATTEMPT_STATUSES),
                 executor_type=draw(st.sampled_from(EXECUTORS)),
-                created_at_ms=draw(TIMES),
+                created_at_ms=draw(times),
                 worker_session_id=None if facts["worker_id"] is None else "w1-s1",
                 worker_generation=None if facts["worker_id"] is None else 1,
                 lease_version=None if facts["lease_generation"] is None else 1,
-                finished_at_ms=draw(MAYBE_TIME),
+                finished_at_ms=draw(st.none() | times),
                 **facts,
             )
         )
@@ -147,7 +157,7 @@ def attempts_and_leases(
                     token_digest=DIGEST,
                     acquired_at_ms=0,
                     renewed_at_ms=0,
-                    expires_at_ms=draw(TIMES),
+                    expires_at_ms=draw(times),
                     updated_at_ms=1,
                     released_at_ms=None if status is LeaseStatus.LEASED else 2,
                     release_reason=draw(RELEASE_REASONS)
@@ -164,7 +174,7 @@ PAYLOAD_VALUES: st.SearchStrategy[PayloadValue] = (
 
 
 def _with_current_lease(
-    draw: st.DrawFn, attempt: Attempt, leases: list[Lease]
+    draw: st.DrawFn, attempt: Attempt, leases: list[Lease], times: st.SearchStrategy[int]
 ) -> tuple[Attempt, list[Lease]]:
     """`attempt` bound to a Worker with lease generation 1, whose row has a drawn status and
     release reason (mostly `released(lease_expired)`); other Attempts' rows are kept."""
@@ -181,7 +191,7 @@ def _with_current_lease(
         token_digest=DIGEST,
         acquired_at_ms=0,
         renewed_at_ms=0,
-        expires_at_ms=draw(TIMES),
+        expires_at_ms=draw(times),
         updated_at_ms=1,
         released_at_ms=None if status is LeaseStatus.LEASED else 2,
         release_reason=draw(RELEASE_REASONS) if status is LeaseStatus.RELEASED else None,
@@ -209,10 +219,14 @@ def _with_current_lease(
 
 
 @st.composite
-def one_run(draw: st.DrawFn) -> tuple[RunAggregate, list[Event]]:
-    """One Run with its Attempts, lease rows, policy and Events."""
-    run_id = draw(st.text("rxyz019", min_size=1, max_size=3))
-    cancel_at = draw(st.none() | st.none() | TIMES)
+def one_run(
+    draw: st.DrawFn, times: st.SearchStrategy[int] = TIMES
+) -> tuple[RunAggregate, list[Event]]:
+    """One Run with its Attempts, lease rows, policy and Events, every time drawn from
+    `times`."""
+    maybe_time = st.none() | times
+    run_id = draw(st.text(RUN_ID_ALPHABET, min_size=1, max_size=3))
+    cancel_at = draw(st.none() | st.none() | times)
     status = draw(RUN_STATUSES)
     run = Run(
         run_id=run_id,
@@ -225,13 +239,13 @@ def one_run(draw: st.DrawFn) -> tuple[RunAggregate, list[Event]]:
         status=status,
         version=3,
         event_seq=0,
-        created_at_ms=draw(TIMES),
+        created_at_ms=draw(times),
         updated_at_ms=40,
-        queued_at_ms=draw(MAYBE_TIME),
+        queued_at_ms=draw(maybe_time),
         cancel_requested_at_ms=cancel_at,
         cancel_reason=None if cancel_at is None else CancelReason.TIMEOUT,
     )
-    attempts, leases = draw(attempts_and_leases(run_id, draw(st.integers(0, 3))))
+    attempts, leases = draw(attempts_and_leases(run_id, draw(st.integers(0, 3)), times))
     coherent = draw(st.booleans())
     if attempts and coherent:  # often coherent: the latest Attempt fits the Run
         fitting = draw(st.sampled_from(FITTING[status]))
@@ -240,15 +254,15 @@ def one_run(draw: st.DrawFn) -> tuple[RunAggregate, list[Event]]:
         if started and draw(st.sampled_from((True, True, True, False))):
             # Appendix E-1's shape: the latest remote Attempt's current lease was released (by
             # T9 when the reason is `lease_expired`), or is still held; mostly under an intent.
-            attempts[-1], leases = _with_current_lease(draw, attempts[-1], leases)
+            attempts[-1], leases = _with_current_lease(draw, attempts[-1], leases, times)
             if run.cancel_requested_at_ms is None and draw(st.booleans()):
-                at = draw(TIMES)
+                at = draw(times)
                 run = dataclasses.replace(
                     run, cancel_requested_at_ms=at, cancel_reason=CancelReason.TIMEOUT
                 )
     policy = None
     if draw(st.booleans()) or (coherent and status is RunStatus.RETRY_WAIT):
-        due = draw(TIMES if coherent and status is RunStatus.RETRY_WAIT else MAYBE_TIME)
+        due = draw(times if coherent and status is RunStatus.RETRY_WAIT else maybe_time)
         policy = RunRetryPolicy(
             run_id, 3, draw(st.booleans()), Safety.IDEMPOTENT, 5, 20, 2, 0, 1, due
         )
@@ -271,9 +285,14 @@ def one_run(draw: st.DrawFn) -> tuple[RunAggregate, list[Event]]:
 
 
 @st.composite
-def world(draw: st.DrawFn) -> tuple[list[RunAggregate], dict[str, list[Event]]]:
-    """2 to 16 Runs with distinct ids (a list of Runs shrinks by dropping Runs)."""
-    runs = draw(st.lists(one_run(), min_size=2, max_size=16, unique_by=lambda r: r[0].run.run_id))
+def world(
+    draw: st.DrawFn, times: st.SearchStrategy[int] = TIMES
+) -> tuple[list[RunAggregate], dict[str, list[Event]]]:
+    """2 to 16 Runs with distinct ids (a list of Runs shrinks by dropping Runs), every time
+    drawn from `times` (`TIED_TIMES` makes ties on every time column of every key common)."""
+    runs = draw(
+        st.lists(one_run(times), min_size=2, max_size=16, unique_by=lambda r: r[0].run.run_id)
+    )
     return [agg for agg, _ in runs], {agg.run.run_id: events for agg, events in runs}
 
 
