@@ -1,12 +1,15 @@
-"""Page steps of a trace: a read-only source query, and one lost-retry page (SPEC §1.8.2, §2.2,
-§2.3, §7; docs/trace-format.md).
+"""Page steps of a trace: a read-only source query, one lost-retry page and one page of the lease
+expiry scanner (SPEC §1.8.2, §2.2, §2.3, §3.16, §7; docs/trace-format.md).
 
 Source-related checklist items (RETRY-07, RETRY-12, RETRY-13, RETRY-15, RETRY-17, REC-01, REC-02,
 REC-07, REC-12) are about what a store's query returns and how a page of candidates is processed,
 not about one command. A `query` step asks a store's source (`runners.sources.Sources`) for one
 page and expects exactly the oracle's items, in order, and `has_more`; a `pass` step runs one
 lost-retry page through the engine (`runners.passes.lost_retry_page`) and expects the kernel's
-tally. Both give every store the same meaning through `run_page`, as `run_step` does for commands.
+tally; a `pass lease_expiry_page` step runs one page of the expiry scanner
+(`runners.passes.lease_expiry_page`, INBOX-42) and expects each item's outcome, the cursor of the
+contiguous successful prefix, `failed` and `has_more`. All give every store the same meaning
+through `run_page`, as `run_step` does for commands.
 """
 
 from __future__ import annotations
@@ -17,9 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.run.faults import Fault, FaultKind, InjectedIOError
-from kernel import Effect, LostRetryPageResult, Page, RunAggregate
+from kernel import Effect, LostRetryPageResult, Page, Profile, RunAggregate
 from runners.engine import Storage, StorageTransaction
-from runners.passes import LostRetryUnavailable, lost_retry_page
+from runners.passes import (
+    ExpiryPageResult,
+    LostRetryUnavailable,
+    lease_expiry_page,
+    lost_retry_page,
+)
 from runners.sources import Sources
 
 #: The sources a `query` step may name, with the parameters each needs beside `limit`.
@@ -80,7 +88,23 @@ class LostRetryPass:
         return f"{run_id}-{self.attempt_suffix}"
 
 
-PageRequest = SourceQuery | LostRetryPass
+@dataclass(frozen=True, slots=True)
+class ExpiryPass:
+    """One call of the lease expiry scanner (§3.16, INBOX-42): one page of the `lease_expiry`
+    source after `after` (an `(expires_at_ms, attempt_id)` key, or None), each item expired
+    with `expire_with_lease` under `profile` in its own transaction, stopping at the first
+    failure. It needs only the `sources` capability: the writes are the store's own."""
+
+    limit: int
+    after: tuple[int, str] | None
+    profile: str
+
+    @property
+    def capability(self) -> str:
+        return SOURCE_CAPABILITIES["lease_expiry"]
+
+
+PageRequest = SourceQuery | LostRetryPass | ExpiryPass
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +135,17 @@ def tally_view(result: LostRetryPageResult) -> dict[str, Any]:
         "failed": result.failed,
         "raced": result.raced,
         "errored": result.errored,
+        "has_more": result.has_more,
+    }
+
+
+def expiry_view(result: ExpiryPageResult) -> dict[str, Any]:
+    """The canonical form of an expiry scan call: each item's `[attempt_id, kind, code]` in
+    order, the next cursor (`[expires_at_ms, attempt_id]` or None), `failed` and `has_more`."""
+    return {
+        "outcomes": [list(item) for item in result.outcomes],
+        "cursor": None if result.cursor is None else list(result.cursor),
+        "failed": result.failed,
         "has_more": result.has_more,
     }
 
@@ -183,6 +218,16 @@ def run_page(
     target: Storage = storage
     if fault is not None and fault.kind is FaultKind.IO_ERROR and fault.at_candidate is not None:
         target = _CandidateFaultStorage(storage, fault.at_candidate)
+    if isinstance(request, ExpiryPass):
+        scanned = lease_expiry_page(
+            target,
+            sources,
+            observed_at_ms,
+            request.limit,
+            request.after,
+            profile=Profile(request.profile),
+        )
+        return PageResult("page", None, expiry_view(scanned))
     try:
         result = lost_retry_page(
             target,

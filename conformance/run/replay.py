@@ -8,7 +8,7 @@ from typing import Any
 
 from conformance.run.adapter import ConformanceAdapter, StepResult
 from conformance.run.faults import FaultKind
-from conformance.run.pages import LostRetryPass, SourceQuery
+from conformance.run.pages import ExpiryPass, LostRetryPass, SourceQuery
 from conformance.run.projection import diff
 from conformance.run.trace import Step, Trace, canonical, decode_trace_command
 from kernel import Command, Rejected
@@ -95,13 +95,16 @@ def replay(trace: Trace, make_adapter: Callable[[], ConformanceAdapter]) -> Trac
 
 
 def step_label(step: Step) -> str:
-    """The command name, `query <source>`, `pass lost_retry_page` or `reopen`."""
+    """The command name, `query <source>`, `pass lost_retry_page`, `pass lease_expiry_page`
+    or `reopen`."""
     if step.command is not None:
         return step.command.name
     if isinstance(step.page, SourceQuery):
         return f"query {step.page.source}"
     if isinstance(step.page, LostRetryPass):
         return "pass lost_retry_page"
+    if isinstance(step.page, ExpiryPass):
+        return "pass lease_expiry_page"
     return "reopen"
 
 

@@ -16,12 +16,19 @@ from typing import Any
 
 import kernel
 from conformance.run.faults import Fault, FaultKind
-from conformance.run.pages import SOURCE_PARAMS, LostRetryPass, PageRequest, SourceQuery
+from conformance.run.pages import (
+    SOURCE_PARAMS,
+    ExpiryPass,
+    LostRetryPass,
+    PageRequest,
+    SourceQuery,
+)
 from conformance.run.projection import Projection
 from kernel import (
     Command,
     CommandError,
     Outcome,
+    Profile,
     Rejected,
     Secret,
     decode_command,
@@ -226,6 +233,13 @@ def _step_json(step: Step) -> dict[str, Any]:
             "fail_closed": step.page.fail_closed,
             "attempt_suffix": step.page.attempt_suffix,
         }
+    elif isinstance(step.page, ExpiryPass):
+        out["pass"] = {
+            "name": "lease_expiry_page",
+            "limit": step.page.limit,
+            "after": None if step.page.after is None else list(step.page.after),
+            "profile": step.page.profile,
+        }
     if step.fault is not None:
         fault: dict[str, Any] = {"kind": step.fault.kind.value}
         if step.fault.at_effect is not None:
@@ -361,7 +375,7 @@ def _step(obj: dict[str, Any], line: int) -> Step:
         if expected_page is None:
             raise TraceFormatError(line, "expect.page", "a page step expects a page")
         if fault is not None and not (
-            isinstance(page, LostRetryPass)
+            isinstance(page, (LostRetryPass, ExpiryPass))
             and fault.kind is FaultKind.IO_ERROR
             and fault.at_candidate is not None
         ):
@@ -425,14 +439,42 @@ def _page_request(obj: Mapping[str, Any], line: int) -> PageRequest | None:
         )
     if "pass" in obj:
         page = _take(obj, "pass", dict, line)
+        name = _take(page, "name", str, line)
+        if name == "lease_expiry_page":
+            return _expiry_pass(page, line)
         for key in page:
             if key not in {"name", "limit", "fail_closed", "attempt_suffix"}:
                 raise TraceFormatError(line, f"pass.{key}", "unknown pass member")
-        if _take(page, "name", str, line) != "lost_retry_page":
-            raise TraceFormatError(line, "pass.name", "must be lost_retry_page")
+        if name != "lost_retry_page":
+            raise TraceFormatError(
+                line, "pass.name", "must be lost_retry_page or lease_expiry_page"
+            )
         return LostRetryPass(
             limit=_limit(page, "pass", line),
             fail_closed=_take(page, "fail_closed", bool, line),
             attempt_suffix=_take(page, "attempt_suffix", str, line),
         )
     return None
+
+
+def _expiry_pass(page: Mapping[str, Any], line: int) -> ExpiryPass:
+    """`{"name": "lease_expiry_page", "limit", "after", "profile"}` (INBOX-42)."""
+    for key in page:
+        if key not in {"name", "limit", "after", "profile"}:
+            raise TraceFormatError(line, f"pass.{key}", "not a member of lease_expiry_page")
+    after = page.get("after")
+    if after is not None and not (
+        isinstance(after, list)
+        and len(after) == 2
+        and isinstance(after[0], int)
+        and isinstance(after[1], str)
+    ):
+        raise TraceFormatError(line, "pass.after", "must be [expires_at_ms, attempt_id] or null")
+    profile = _take(page, "profile", str, line)
+    if profile not in {p.value for p in Profile}:
+        raise TraceFormatError(line, "pass.profile", f"must be one of {[p.value for p in Profile]}")
+    return ExpiryPass(
+        limit=_limit(page, "pass", line),
+        after=None if after is None else (after[0], after[1]),
+        profile=profile,
+    )

@@ -48,7 +48,7 @@ from kernel import (
     token_digest,
 )
 from kernel.specs.states import Actor, Profile, RunKind, RunOwner
-from model_tests.corpus import boundaries, write_boundaries
+from model_tests.corpus import boundaries, expiry_scan, write_boundaries
 from model_tests.corpus.dsl import LEASE_MS, Scenario, worker
 
 Builder = Callable[[], Trace]
@@ -1073,3 +1073,4 @@ def e_1_cluster(s: Scenario) -> None:
 # the selection oracle (model_tests.corpus.boundaries; its coverage report names each one).
 SCENARIOS.update(boundaries.scenarios())
 SCENARIOS.update(write_boundaries.scenarios())  # every guarded write, likewise
+SCENARIOS.update(expiry_scan.scenarios())  # the lease expiry scanner's page (INBOX-42)

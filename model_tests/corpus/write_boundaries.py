@@ -43,23 +43,36 @@ from conformance.run.trace import Trace, trace_token
 from kernel import (
     AcknowledgeRunning,
     AcknowledgeStarting,
+    ActivateLocal,
     Command,
+    CompletedEvidence,
+    CompleteLocal,
+    CompletionOutcome,
     ConvergeCancel,
+    CreateRun,
     ExpireWithLease,
+    FailOrphanedCreated,
     FailStart,
     Fence,
     GrantLease,
+    LocalReceipt,
     LostRetryStep,
+    NotRunningEvidence,
     PolicyDefinition,
+    RecordLocalHandle,
+    RecordLocalStop,
+    RecoverLocalStartup,
+    RecoverRuntime,
     RenewLease,
     RequestCancel,
     Safety,
+    StopResult,
     WorkerSession,
     WorkerSessionStatus,
     token_digest,
 )
 from kernel.specs import states
-from kernel.specs.states import Actor, CancelReason, Profile, RunOwner
+from kernel.specs.states import Actor, CancelReason, Profile, RunKind, RunOwner
 from kernel.transitions import (
     TRANSITIONS,
     clock,
@@ -349,11 +362,14 @@ Body = Callable[[Scenario], None]
 
 @dataclass(frozen=True, slots=True)
 class WriteBuilder:
-    """The trace of one write boundary: `body` records it; `spec` is the property it evidences."""
+    """The trace of one write boundary: `body` records it; `spec` is the property it evidences.
+    `trace` names a trace several boundaries of one command share (one step on each, every one
+    checked while recording); without it the trace is named after the boundary."""
 
     spec: str
     description: str
     body: Body
+    trace: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,6 +389,17 @@ _SHIFT = {"equal": 0, "one-ms-before": -1, "one-ms-after": 1}
 def _register(command: str, name: str, spec: str, description: str, body: Body) -> None:
     assert (command, name) not in _BUILDERS, (command, name)
     _BUILDERS[(command, name)] = WriteBuilder(spec, description, body)
+
+
+def _register_shared(
+    command: str, names: tuple[str, ...], trace: str, spec: str, description: str, *, body: Body
+) -> None:
+    """One trace `<spec>-write-<command>-<trace>` whose steps sit on each of `names` (each step
+    answered with its boundary's code, checked while recording): a shared world costs one
+    replay per runner instead of one per boundary."""
+    for name in names:
+        assert (command, name) not in _BUILDERS, (command, name)
+        _BUILDERS[(command, name)] = WriteBuilder(spec, description, body, trace)
 
 
 def no_trace(command: str, names: tuple[str, ...], status: str, reason: str) -> None:
@@ -1204,11 +1231,935 @@ for _command in ("request_cancel", "converge_cancel"):
         )
 
 
+# -- the local path L1..L5 (§1.7, §1.8.3, RETRY-18) -----------------------------------------------
+#: Why a branch operand cannot hold alone: I-2 pairs the Run status with its latest Attempt's.
+_PAIRED = (
+    "alone: I-2 pairs a starting Attempt with a dispatching Run and a running one with a running "
+    "Run, so this operand never holds without its partner in the same test, whose trace covers "
+    "the branch"
+)
+_BY_RUN_ID = "a store loads the aggregate by the command's run id, so the loaded Run id matches"
+_LEGACY = (
+    "alone: a legacy-owned Run never leaves `queued` (grant_lease and activate_local refuse it "
+    "NOT_RUNTIME_OWNED), so the status term of the same test always answers with it"
+)
+
+
+def _local(s: Scenario, rid: str, **kw: Any) -> str:
+    """A queued Run of the local executor type: its pristine claimed Attempt 1."""
+    return s.admit(rid, NO_BACKOFF, executor=LOCAL, **kw)
+
+
+def _activate(rid: str, aid: str, sequence: int = 1) -> ActivateLocal:
+    return ActivateLocal(rid, aid, LOCAL, sequence, CALLBACK)
+
+
+def _local_started(s: Scenario, rid: str, **kw: Any) -> str:
+    """A local Attempt past L1: `starting`, its Run `dispatching`, holding the callback digest."""
+    aid = _local(s, rid, **kw)
+    s.do(_activate(rid, aid), "applied")
+    return aid
+
+
+def _handle(s: Scenario, rid: str, aid: str, handle: str | None = None) -> RecordLocalHandle:
+    return RecordLocalHandle(rid, aid, handle or f"pid:{rid}", _created_at(s, rid, aid))
+
+
+def _local_running(s: Scenario, rid: str, **kw: Any) -> str:
+    """A local Attempt past L2: `running` with its handle and start time (the creation time)."""
+    aid = _local_started(s, rid, **kw)
+    s.do(_handle(s, rid, aid), "applied")
+    return aid
+
+
+def _receipt(s: Scenario, rid: str, aid: str, **changes: Any) -> LocalReceipt:
+    """The authenticated receipt of L3 for the Attempt, `changes` making one field differ."""
+    attempt = s.agg(rid).attempt(aid)
+    assert attempt is not None
+    started = attempt.started_at_ms if attempt.started_at_ms is not None else attempt.created_at_ms
+    receipt = LocalReceipt(
+        rid, aid, attempt.callback_sequence, CALLBACK, CompletionOutcome.SUCCEEDED, started, 0
+    )
+    return dataclasses.replace(receipt, **changes)
+
+
+def _remote_started(s: Scenario, rid: str) -> str:
+    aid = granted(s, rid)
+    s.starting(rid, aid, W)
+    return aid
+
+
+def _clock_trio(
+    s: Scenario, command: Callable[[str], Command], applied: str, durable: Callable[[], int]
+) -> None:
+    """The three instants of V-5 on two Runs `c1`, `c2` in the same state: `c1` observed one
+    ms before `durable()` is refused CLOCK_REGRESSION, then applies at it; `c2` applies one ms
+    after it. Each expectation is the comparison's (`observed < durable` refuses)."""
+    at = durable()
+    for rid, instant in (("c1", "one-ms-before"), ("c1", "equal"), ("c2", "one-ms-after")):
+        taken = _taken(instant, ast.Lt, durable_left=False)
+        s.do(
+            command(rid), "rejected:CLOCK_REGRESSION" if taken else applied, at=at + _SHIFT[instant]
+        )
+
+
+_CLOCK_NAMES = tuple(f"clock-regression-time-{i}" for i in INSTANTS)
+
+
+def _shared_clock(command: str, what: str, body: Body) -> None:
+    _register_shared(
+        command,
+        _CLOCK_NAMES,
+        "clock-regression",
+        "RUN-04",
+        f"{command} {what}: observed one ms before the Run's last change it is refused "
+        "CLOCK_REGRESSION (V-5) and writes nothing; at that instant and one ms after it applies.",
+        body=body,
+    )
+
+
+def _al_refusals(s: Scenario) -> None:
+    _local(s, "r1")
+    _local(s, "legacy", owner=RunOwner.LEGACY)
+    admitted(s, "remote")  # the `shell` executor type
+    _local(s, "intent")
+    s.do(RequestCancel("intent", CancelReason.USER, Actor.USER), "applied")
+    _local(s, "offered")
+    s.grant("offered", "offered-a1", W_LOCAL)
+    _local_started(s, "retried")
+    s.do(RecoverLocalStartup("retried", "retried-a1", NotRunningEvidence()), "applied:lost")
+    s.do(LostRetryStep("retried", "retried-a2"), "applied:scheduled")
+    s.do(LostRetryStep("retried", "retried-a2"), "applied:requeued")
+    s.tick(LEASE_MS)
+    s.expire("offered", "offered-a1", expect="applied:released")  # queued, claimed, offered
+    s.do(_activate("ghost", "ghost-a1"), "rejected:RUN_NOT_FOUND")
+    s.do(_activate("r1", "r1-zz"), "rejected:ATTEMPT_NOT_FOUND")
+    s.do(_activate("retried", "retried-a1"), "rejected:ATTEMPT_NOT_LATEST")
+    s.do(_activate("legacy", "legacy-a1"), "rejected:NOT_RUNTIME_OWNED")
+    s.do(_activate("remote", "remote-a1"), "rejected:EXECUTOR_TYPE_MISMATCH")
+    s.do(_activate("offered", "offered-a1"), "rejected:EXECUTOR_TYPE_MISMATCH")
+    s.do(_activate("intent", "intent-a1"), "rejected:CANCEL_REQUESTED")
+    s.do(_activate("r1", "r1-a1"), "applied")
+    s.do(_activate("r1", "r1-a1", 2), "raced:NOT_ELIGIBLE")
+    s.do(_activate("retried", "retried-a2"), "applied")
+
+
+_register_shared(
+    "activate_local",
+    (
+        "run-not-found-aggregate",
+        "attempt-not-found",
+        "attempt-not-latest",
+        "not-runtime-owned-legacy",
+        "executor-type-mismatch-attempt-executor-type",
+        "executor-type-mismatch-attempt-lease-generation",
+        "cancel-requested",
+        "not-eligible-run-status",
+    ),
+    "refusals",
+    "RETRY-18",
+    "activate_local (L1) refused on each check in order: a Run id with no Run "
+    "(RUN_NOT_FOUND), an Attempt the Run does not have (ATTEMPT_NOT_FOUND), Attempt 1 of a Run a "
+    "lost retry requeued with Attempt 2 (ATTEMPT_NOT_LATEST), a legacy-owned Run "
+    "(NOT_RUNTIME_OWNED), a `shell` Attempt and a local Attempt once offered to a remote Worker "
+    "(its lease expired: EXECUTOR_TYPE_MISMATCH), a Run with a cancellation intent "
+    "(CANCEL_REQUESTED); the eligible Attempt applies, and its second activation finds the Run "
+    "dispatching and the Attempt starting (raced NOT_ELIGIBLE: one spawn).",
+    body=_al_refusals,
+)
+no_trace("activate_local", ("not-eligible-attempt-status",), "unreachable", _PAIRED)
+no_trace("activate_local", ("run-not-found-run-run-id",), "unreachable", _BY_RUN_ID)
+no_trace(
+    "activate_local",
+    ("callback-sequence-stale",),
+    "unreachable",
+    "a claimed Attempt without lease rows has callback_sequence 0 (only L1, which leaves it "
+    "starting, and completions, which finish it, advance it) and a command's sequence is at "
+    "least 1",
+)
+
+
+def _al_clock(s: Scenario) -> None:
+    _local(s, "c1")
+    _local(s, "c2")
+    _clock_trio(s, lambda rid: _activate(rid, f"{rid}-a1"), "applied", lambda: s.now)
+
+
+_shared_clock("activate_local", "of a queued local Run", _al_clock)
+
+
+def _rh_refusals(s: Scenario) -> None:
+    aid = _local_started(s, "r1")
+    _remote_started(s, "remote")
+    done = _local_running(s, "done")
+    s.do(CompleteLocal("done", done, _receipt(s, "done", done)), "applied:completed")
+    s.do(RecordLocalHandle("ghost", "ghost-a1", "pid:ghost", s.now), "rejected:RUN_NOT_FOUND")
+    s.do(RecordLocalHandle("r1", "r1-zz", "pid:r1", s.now), "rejected:ATTEMPT_NOT_FOUND")
+    s.do(_handle(s, "remote", "remote-a1"), "rejected:INVALID_TRANSITION")
+    s.do(_handle(s, "done", done), "replayed:already_terminal")
+    early = RecordLocalHandle("r1", aid, "pid:r1", _created_at(s, "r1", aid) - 1)
+    s.do(early, "rejected:START_TIME_INVALID")
+    s.do(_handle(s, "r1", aid), "applied")
+    s.do(_handle(s, "r1", aid), "replayed:already_applied")
+    s.do(_handle(s, "r1", aid, "pid:other"), "rejected:HANDLE_CONFLICT")
+
+
+_register_shared(
+    "record_local_handle",
+    (
+        "run-not-found-aggregate",
+        "attempt-not-found",
+        "invalid-transition",
+        "already-terminal",
+        "start-time-invalid",
+        "already-applied",
+        "handle-conflict",
+    ),
+    "refusals",
+    "RETRY-18",
+    "record_local_handle (L2) on each branch: a Run id with no Run (RUN_NOT_FOUND), an Attempt "
+    "the Run does not have (ATTEMPT_NOT_FOUND), a remote starting Attempt (not local: "
+    "INVALID_TRANSITION), a completed local Attempt (already_terminal), a start time one ms "
+    "before the Attempt's creation (START_TIME_INVALID); the handle applies, the same handle "
+    "again is a replay (already_applied) and another handle is refused HANDLE_CONFLICT.",
+    body=_rh_refusals,
+)
+no_trace(
+    "record_local_handle",
+    ("invalid-transition-attempt-status",),
+    "unreachable",
+    "an activated (local) Attempt is starting, running or final, and the branches before answer "
+    "running and final",
+)
+no_trace("record_local_handle", ("invalid-transition-run-status",), "unreachable", _PAIRED)
+no_trace("record_local_handle", ("run-not-found-run-run-id",), "unreachable", _BY_RUN_ID)
+
+
+def _rh_clock(s: Scenario) -> None:
+    _local_started(s, "c1")
+    _local_started(s, "c2")
+    _clock_trio(s, lambda rid: _handle(s, rid, f"{rid}-a1"), "applied", lambda: s.now)
+
+
+_shared_clock("record_local_handle", "of a starting local Attempt", _rh_clock)
+
+
+def _cl_refusals(s: Scenario) -> None:
+    aid = _local_running(s, "r1")
+    _local(s, "pristine")
+    started = _local_started(s, "started")
+    receipt = _receipt(s, "r1", aid)
+    s.do(CompleteLocal("ghost", "ghost-a1", receipt), "rejected:RUN_NOT_FOUND")
+    s.do(CompleteLocal("r1", "r1-zz", receipt), "rejected:ATTEMPT_NOT_FOUND")
+    unauthenticated = "rejected:RECEIPT_UNAUTHENTICATED"
+    s.do(CompleteLocal("pristine", "pristine-a1", receipt), unauthenticated)
+    for change in (
+        {"run_id": "other"},
+        {"attempt_id": "r1-zz"},
+        {"callback_sequence": receipt.callback_sequence + 1},
+        {"token_sha256": token_digest("other-receipt-token".ljust(40, "o"))},
+        {"started_at_ms": receipt.started_at_ms + 1},
+    ):
+        s.do(CompleteLocal("r1", aid, dataclasses.replace(receipt, **change)), unauthenticated)
+    early = _receipt(s, "started", started)
+    early = dataclasses.replace(early, started_at_ms=early.started_at_ms - 1)
+    s.do(CompleteLocal("started", started, early), "rejected:START_TIME_INVALID")
+    s.do(CompleteLocal("r1", aid, receipt), "applied:completed")
+    s.do(CompleteLocal("r1", aid, receipt), "replayed:already_terminal")
+
+
+_register_shared(
+    "complete_local",
+    (
+        "run-not-found-aggregate",
+        "attempt-not-found",
+        "receipt-unauthenticated-attempt-callback-token-sha256",
+        "receipt-unauthenticated-receipt-run-id",
+        "receipt-unauthenticated-receipt-attempt-id",
+        "receipt-unauthenticated-receipt-callback-sequence",
+        "receipt-unauthenticated-digests-equal",
+        "receipt-unauthenticated-attempt-started-at-ms",
+        "start-time-invalid",
+        "already-terminal",
+    ),
+    "refusals",
+    "RETRY-18",
+    "complete_local (L3) on each branch: a Run id with no Run (RUN_NOT_FOUND), an Attempt the "
+    "Run does not have (ATTEMPT_NOT_FOUND); RECEIPT_UNAUTHENTICATED for a never-activated "
+    "Attempt (no callback digest) and for a receipt whose run id, attempt id, callback "
+    "sequence, token digest or start time alone differs; a receipt of a starting Attempt "
+    "started one ms before its creation (START_TIME_INVALID); the authenticated receipt "
+    "completes the Attempt and the same receipt again is a replay (already_terminal).",
+    body=_cl_refusals,
+)
+no_trace(
+    "complete_local",
+    ("invalid-transition",),
+    "unreachable",
+    "an authenticated receipt names an activated (local) Attempt, which is starting, running "
+    "or final (lost included), and final is answered before",
+)
+no_trace("complete_local", ("run-not-found-run-run-id",), "unreachable", _BY_RUN_ID)
+
+
+def _cl_clock(s: Scenario) -> None:
+    _local_running(s, "c1")
+    _local_running(s, "c2")
+    _clock_trio(
+        s,
+        lambda rid: CompleteLocal(rid, f"{rid}-a1", _receipt(s, rid, f"{rid}-a1")),
+        "applied:completed",
+        lambda: s.now,
+    )
+
+
+_shared_clock("complete_local", "of a running local Attempt", _cl_clock)
+
+
+def _stop(rid: str, aid: str) -> RecordLocalStop:
+    return RecordLocalStop(rid, aid, StopResult.TERMINATION_REQUESTED)
+
+
+def _ls_refusals(s: Scenario) -> None:
+    aid = _local_running(s, "r1")
+    admitted(s, "remote")
+    s.grant("remote", "remote-a1", W)
+    s.starting("remote", "remote-a1", W)
+    s.running("remote", "remote-a1", W)
+    done = _local_running(s, "done")
+    s.do(CompleteLocal("done", done, _receipt(s, "done", done)), "applied:completed")
+    _local_running(s, "plain")
+    _local_started(s, "started")
+    for rid in ("r1", "remote", "started"):
+        s.do(_cancel(rid), "applied")
+    s.do(_stop("ghost", "ghost-a1"), "rejected:RUN_NOT_FOUND")
+    s.do(_stop("r1", "r1-zz"), "rejected:ATTEMPT_NOT_FOUND")
+    s.do(_stop("remote", "remote-a1"), "rejected:INVALID_TRANSITION")
+    s.do(_stop("done", done), "replayed:already_terminal")
+    s.do(_stop("plain", "plain-a1"), "rejected:STOP_NOT_APPLICABLE")
+    s.do(_stop("started", "started-a1"), "rejected:INVALID_TRANSITION")
+    s.do(_stop("r1", aid), "applied:stopped")
+
+
+_register_shared(
+    "record_local_stop",
+    (
+        "run-not-found-aggregate",
+        "attempt-not-found",
+        "invalid-transition",
+        "already-terminal",
+        "stop-not-applicable",
+        "invalid-transition-attempt-status",
+    ),
+    "refusals",
+    "RETRY-18",
+    "record_local_stop (L4/L5) on each branch: a Run id with no Run (RUN_NOT_FOUND), an "
+    "Attempt the Run does not have (ATTEMPT_NOT_FOUND), a remote running Attempt with an intent "
+    "(not local: INVALID_TRANSITION), a completed local Attempt (already_terminal), a running "
+    "local Attempt without an intent (STOP_NOT_APPLICABLE), a starting one with an intent (not "
+    "running: INVALID_TRANSITION); the running Attempt with an intent is stopped (cancelled).",
+    body=_ls_refusals,
+)
+no_trace("record_local_stop", ("invalid-transition-run-status",), "unreachable", _PAIRED)
+no_trace("record_local_stop", ("run-not-found-run-run-id",), "unreachable", _BY_RUN_ID)
+
+
+def _ls_clock(s: Scenario) -> None:
+    _local_running(s, "c1")
+    _local_running(s, "c2")
+    s.tick(1)
+    s.do(_cancel("c1"), "applied")
+    s.do(_cancel("c2"), "applied")
+    _clock_trio(s, lambda rid: _stop(rid, f"{rid}-a1"), "applied:stopped", lambda: s.now)
+
+
+_shared_clock("record_local_stop", "of a running local Attempt whose Run took an intent", _ls_clock)
+
+
+# -- the recovery commands (§2.2, §2.3; REC-01, REC-03, REC-07, REC-12) ----------------------------
+def _rls_refusals(s: Scenario) -> None:
+    aid = _local_started(s, "r1")
+    _remote_started(s, "remote")
+    _local_started(s, "flow", kind=RunKind.WORKFLOW)
+    gone = NotRunningEvidence()
+    conflict = CompletedEvidence(CompletionOutcome.SUCCEEDED, 2, 0)
+    s.do(RecoverLocalStartup("ghost", "ghost-a1", gone), "raced:NOT_ELIGIBLE")
+    s.do(RecoverLocalStartup("r1", "r1-zz", gone), "raced:NOT_ELIGIBLE")
+    s.do(RecoverLocalStartup("remote", "remote-a1", gone), "raced:NOT_ELIGIBLE")
+    s.do(RecoverLocalStartup("flow", "flow-a1", gone), "raced:NOT_ELIGIBLE")
+    s.do(RecoverLocalStartup("r1", aid, conflict), "rejected:receipt_conflict")
+    s.do(RecoverLocalStartup("r1", aid, gone), "applied:lost")
+    s.do(RecoverLocalStartup("r1", aid, gone), "raced:NOT_ELIGIBLE")
+
+
+_register_shared(
+    "recover_local_startup",
+    (
+        "not-eligible-aggregate",
+        "not-eligible-latest-attempt-id",
+        "not-eligible-latest-is-local",
+        "not-eligible-run-kind-workflow",
+        "receipt-conflict",
+        "not-eligible-run-status",
+    ),
+    "refusals",
+    "REC-07",
+    "recover_local_startup (§2.2) raced NOT_ELIGIBLE for a Run id with no Run, an Attempt "
+    "that is not the latest, a remote starting Attempt (not local) and a local Workflow Run; a "
+    "receipt whose callback sequence is not the activation's is refused RECEIPT_CONFLICT; "
+    "not_running evidence makes the eligible Attempt lost, and the same command on the lost Run "
+    "(neither dispatching nor running) is raced NOT_ELIGIBLE.",
+    body=_rls_refusals,
+)
+no_trace("recover_local_startup", ("not-eligible-latest-status",), "unreachable", _PAIRED)
+no_trace("recover_local_startup", ("not-eligible-run-owner-legacy",), "unreachable", _LEGACY)
+no_trace(
+    "recover_local_startup",
+    ("not-eligible-latest",),
+    "unreachable",
+    "alone: only a created Run has no Attempt, and its status fails the same test",
+)
+no_trace("recover_local_startup", ("not-eligible-run-run-id",), "unreachable", _BY_RUN_ID)
+
+
+def _rls_clock(s: Scenario) -> None:
+    _local_started(s, "c1")
+    _local_started(s, "c2")
+    _clock_trio(
+        s,
+        lambda rid: RecoverLocalStartup(rid, f"{rid}-a1", NotRunningEvidence()),
+        "applied:lost",
+        lambda: s.now,
+    )
+
+
+_shared_clock("recover_local_startup", "with not_running evidence", _rls_clock)
+
+
+def _foc_refusals(s: Scenario) -> None:
+    s.do(CreateRun("old", "project", "task", 1, LOCAL), "applied")
+    s.do(CreateRun("legacy", "project", "task", 1, LOCAL, owner=RunOwner.LEGACY), "applied")
+    s.do(CreateRun("flow", "project", "task", 1, LOCAL, kind=RunKind.WORKFLOW), "applied")
+    _local(s, "queued")
+    created = s.agg("old").run.created_at_ms
+    s.tick(10)
+    started = s.now
+    s.do(FailOrphanedCreated("ghost", started), "raced:NOT_ELIGIBLE")
+    s.do(FailOrphanedCreated("queued", started), "raced:NOT_ELIGIBLE")
+    s.do(FailOrphanedCreated("legacy", started), "raced:NOT_ELIGIBLE")
+    s.do(FailOrphanedCreated("flow", started), "raced:NOT_ELIGIBLE")
+    for instant in ("one-ms-before", "equal", "one-ms-after"):
+        orphaned = _taken(instant, ast.Lt, durable_left=True)  # `created_at_ms < started`
+        step = FailOrphanedCreated("old", created + _SHIFT[instant])
+        s.do(step, "applied" if orphaned else "raced:NOT_ELIGIBLE")
+
+
+_register_shared(
+    "fail_orphaned_created",
+    (
+        "not-eligible-aggregate",
+        "not-eligible-run-status",
+        "not-eligible-run-owner-legacy",
+        "not-eligible-run-kind-workflow",
+        *(f"not-eligible-run-created-at-ms-time-{i}" for i in INSTANTS),
+    ),
+    "refusals",
+    "REC-12",
+    "fail_orphaned_created (§2.2, B-30) raced NOT_ELIGIBLE for a Run id with no Run, a queued "
+    "Run, a legacy-owned and a Workflow created Run; for a created Run with a process start one "
+    "ms before and equal to its creation (not from before the process: NOT_ELIGIBLE), then one "
+    "ms after it (RUN_ORPHANED_CREATED applied).",
+    body=_foc_refusals,
+)
+no_trace("fail_orphaned_created", ("not-eligible-run-run-id",), "unreachable", _BY_RUN_ID)
+
+
+def _foc_clock(s: Scenario) -> None:
+    for rid in ("c1", "c2"):
+        s.do(CreateRun(rid, "project", "task", 1, LOCAL), "applied")
+    started = s.tick(5)
+    s.tick(5)
+    s.do(_cancel("c1"), "applied")  # an intent moves the Run's last change past the creation
+    s.do(_cancel("c2"), "applied")
+    _clock_trio(s, lambda rid: FailOrphanedCreated(rid, started), "applied", lambda: s.now)
+
+
+_shared_clock(
+    "fail_orphaned_created", "of a created Run that took an intent after its creation", _foc_clock
+)
+
+
+def _rr_refusals(s: Scenario) -> None:
+    aid = _running(s)
+    lease = s.agg("r1").leased_lease(aid)
+    assert lease is not None
+    expiry = lease.expires_at_ms
+    admitted(s, "flow", kind=RunKind.WORKFLOW)
+    s.grant("flow", "flow-a1", W)
+    s.starting("flow", "flow-a1", W)
+    s.running("flow", "flow-a1", W)
+    granted(s, "requeued")
+    _running(s, "lost")
+    s.tick(LEASE_MS)  # every lease above was granted at the same instant: all expire now
+    assert s.now == expiry
+    s.expire("requeued", "requeued-a1", expect="applied:released")  # T7: queued, not pristine
+    s.expire("lost", "lost-a1", expect="applied:lost")  # T8: the Run and its Attempt lost
+    gone = NotRunningEvidence()
+    s.do(RecoverRuntime("ghost", "ghost-a1", gone), "raced:NOT_ELIGIBLE")
+    s.do(RecoverRuntime("r1", "r1-zz", gone), "raced:NOT_ELIGIBLE")
+    s.do(RecoverRuntime("flow", "flow-a1", gone), "raced:NOT_ELIGIBLE")
+    s.do(RecoverRuntime("requeued", "requeued-a1", gone), "raced:NOT_ELIGIBLE")
+    s.do(RecoverRuntime("lost", "lost-a1", gone), "raced:NOT_ELIGIBLE")
+    for instant in ("one-ms-before", "equal", "one-ms-after"):
+        expired = _taken(instant, ast.LtE, durable_left=True)  # `expires_at_ms <= now`
+        expect = "replayed:evidence_required" if expired else "raced:NOT_ELIGIBLE"
+        s.do(RecoverRuntime("r1", aid, None), expect, at=expiry + _SHIFT[instant])
+    conflict = CompletedEvidence(CompletionOutcome.SUCCEEDED, 0, 0)
+    s.do(RecoverRuntime("r1", aid, conflict), "rejected:receipt_conflict")
+    s.do(RecoverRuntime("r1", aid, gone), "applied:lost")
+
+
+_register_shared(
+    "recover_runtime",
+    (
+        "not-eligible-aggregate",
+        "not-eligible-latest-attempt-id",
+        "not-eligible-run-kind-ordinary",
+        "not-eligible-run-status",
+        "not-eligible-latest-status",
+        "not-eligible-leased",
+        *(f"not-eligible-leased-expires-at-ms-time-{i}" for i in INSTANTS),
+        "evidence-required",
+        "receipt-conflict",
+    ),
+    "refusals",
+    "REC-03",
+    "recover_runtime (§2.3) at a running Attempt's lease expiry: raced NOT_ELIGIBLE for a Run "
+    "id with no Run, an Attempt that is not the latest, a running Workflow Run, a queued Run "
+    "whose claimed Attempt's lease expired (T7) and a lost Run; the running Attempt observed one "
+    "ms before its expires_at_ms (a live lease: NOT_ELIGIBLE), at it and one ms after it without "
+    "evidence (evidence_required, nothing written: a timeout alone never makes it lost); a "
+    "completion that does not advance the callback sequence is refused RECEIPT_CONFLICT and "
+    "not_running evidence makes it lost.",
+    body=_rr_refusals,
+)
+no_trace("recover_runtime", ("not-eligible-run-owner-runtime",), "unreachable", _LEGACY)
+no_trace(
+    "recover_runtime",
+    ("not-eligible-latest",),
+    "unreachable",
+    "alone: only a created Run has no Attempt, and its status fails the same test",
+)
+no_trace(
+    "recover_runtime",
+    ("not-eligible-attempt-is-pristine", "not-eligible-next"),
+    "unreachable",
+    "alone: a pristine claimed Attempt (no lease row, no activation) belongs to a queued Run "
+    "(I-2: a dispatching Run's claimed Attempt holds a lease, a local one is starting), whose "
+    "status fails the same test",
+)
+no_trace(
+    "recover_runtime",
+    ("not-eligible-leased-status-completed", "not-eligible-leased-status-released"),
+    "unreachable",
+    "`leased_lease` returns only a lease whose status is leased, and a claimed candidate (its "
+    "Run dispatching) always holds one: a released claim is queued again (T7)",
+)
+no_trace("recover_runtime", ("not-eligible-run-run-id",), "unreachable", _BY_RUN_ID)
+
+
+def _rr_clock(s: Scenario) -> None:
+    granted(s, "c1")
+    granted(s, "c2")
+    s.tick(LEASE_MS + 5)
+    s.do(_cancel("c1"), "applied")  # an intent after the expiry moves the Run's last change
+    s.do(_cancel("c2"), "applied")
+    _clock_trio(
+        s, lambda rid: RecoverRuntime(rid, f"{rid}-a1", None), "applied:released", lambda: s.now
+    )
+
+
+_shared_clock(
+    "recover_runtime",
+    "of an expired claimed Attempt whose Run took an intent after the expiry (B-36 release)",
+    _rr_clock,
+)
+
+
+# -- lost_retry_step: eligibility, clock and the new Attempt id (§1.8.1; RETRY-09, RETRY-12) -------
+def _lost(s: Scenario, rid: str, policy: PolicyDefinition | None = NO_BACKOFF, **kw: Any) -> str:
+    """A remote Run lost at its lease expiry (T8): admitted, granted, starting, running."""
+    aid = s.admit(rid, policy, **kw)
+    s.grant(rid, aid, W)
+    s.starting(rid, aid, W)
+    s.running(rid, aid, W)
+    return aid
+
+
+def _lr_refusals(s: Scenario) -> None:
+    for rid, policy, kw in (
+        ("r1", NO_BACKOFF, {}),
+        ("flow", NO_BACKOFF, {"kind": RunKind.WORKFLOW}),
+        ("intent", NO_BACKOFF, {}),
+        ("failed", None, {}),
+    ):
+        _lost(s, rid, policy, **kw)
+    s.tick(LEASE_MS)
+    for rid in ("r1", "flow", "intent", "failed"):
+        s.expire(rid, f"{rid}-a1", expect="applied:lost")
+    s.do(_cancel("intent"), "applied")
+    s.do(LostRetryStep("failed", "failed-a2"), "applied:failed_disabled")  # R1: no policy
+    s.do(LostRetryStep("ghost", "ghost-a2"), "raced:NOT_ELIGIBLE")
+    s.do(LostRetryStep("flow", "flow-a2"), "raced:NOT_ELIGIBLE")
+    s.do(LostRetryStep("intent", "intent-a2"), "raced:NOT_ELIGIBLE")
+    s.do(LostRetryStep("failed", "failed-a2"), "raced:NOT_ELIGIBLE")
+    s.do(LostRetryStep("r1", "r1-a2"), "applied:scheduled")
+    s.do(LostRetryStep("r1", "r1-a1"), "rejected:ATTEMPT_ID_CONFLICT")
+    s.do(LostRetryStep("r1", "r1-a2"), "applied:requeued")
+
+
+_register_shared(
+    "lost_retry_step",
+    (
+        "not-eligible-aggregate",
+        "not-eligible-run-kind-workflow",
+        "not-eligible-run-has-cancel-intent",
+        "not-eligible-run-status",
+        "attempt-id-conflict",
+    ),
+    "refusals",
+    "RETRY-12",
+    "lost_retry_step (§1.8.1) raced NOT_ELIGIBLE for a Run id with no Run, a lost Workflow Run, "
+    "a lost Run with a cancellation intent and a Run failed by R1 (its latest Attempt still "
+    "lost); a due requeue naming an Attempt id the Run already has is refused "
+    "ATTEMPT_ID_CONFLICT and writes nothing, then requeues with the new id.",
+    body=_lr_refusals,
+)
+no_trace("lost_retry_step", ("not-eligible-run-owner-legacy",), "unreachable", _LEGACY)
+no_trace(
+    "lost_retry_step",
+    ("not-eligible-latest", "not-eligible-latest-status"),
+    "unreachable",
+    "alone: a `lost` or `retry_wait` Run's latest Attempt is lost (T8 and §2.1 mark both, R4 "
+    "keeps it), so only a Run whose status fails the same test has another latest Attempt",
+)
+no_trace("lost_retry_step", ("not-eligible-run-run-id",), "unreachable", _BY_RUN_ID)
+
+
+def _lr_clock(s: Scenario) -> None:
+    _lost(s, "c1")
+    _lost(s, "c2")
+    s.tick(LEASE_MS)
+    s.expire("c1", "c1-a1", expect="applied:lost")
+    s.expire("c2", "c2-a1", expect="applied:lost")
+    _clock_trio(s, lambda rid: LostRetryStep(rid, f"{rid}-a2"), "applied:scheduled", lambda: s.now)
+
+
+_shared_clock("lost_retry_step", "of a lost Run (R4 schedules it)", _lr_clock)
+
+
+# -- the fenced writes' own branches (T2r/T2x, T3, T4r, T5 replay, T6r; LEASE-03, LEASE-09) --------
+_NOT_LEASED = "rejected:LEASE_NOT_LEASED"
+
+
+def _completed(s: Scenario, rid: str) -> Fence:
+    """A Run completed under its lease (T6): returns the completion's fence (now stale)."""
+    aid = _running(s, rid)
+    fence = s.fence(rid, aid, W)
+    s.do(s.completion(rid, aid, W, fence), "applied:completed")
+    return fence
+
+
+def _lost_fence(s: Scenario, rid: str) -> Fence:
+    """A running Run made lost at its lease expiry (T8, lease released): its old fence."""
+    aid = _running(s, rid)
+    fence = s.fence(rid, aid, W)
+    lease = s.agg(rid).leased_lease(aid)
+    assert lease is not None
+    s.do(ExpireWithLease(rid, aid, 1, Profile.EDGE), "applied:lost", at=lease.expires_at_ms)
+    return fence
+
+
+def _fw_world(s: Scenario) -> dict[str, Fence]:
+    """`claimed` (leased, not started), `started`, `running`, `done` (completed) and `lost`
+    (released by T8), all granted at one instant; the fences their Worker holds."""
+    fences = {"claimed": s.fence("claimed", granted(s, "claimed"), W)}
+    fences["started"] = s.fence("started", _started(s, "started"), W)
+    fences["running"] = s.fence("running", _running(s, "running"), W)
+    fences["done"] = _completed(s, "done")
+    fences["lost"] = _lost_fence(s, "lost")
+    return fences
+
+
+def _as_refusals(s: Scenario) -> None:
+    f = _fw_world(s)
+
+    def ack(rid: str) -> AcknowledgeStarting:
+        return AcknowledgeStarting(rid, f"{rid}-a1", f[rid], W)
+
+    s.do(ack("started"), "replayed:already_applied")
+    s.do(ack("running"), "replayed:already_running")
+    s.do(ack("done"), "replayed:already_terminal")
+    s.do(ack("lost"), _NOT_LEASED)
+    s.do(ack("claimed"), "applied")
+
+
+_register_shared(
+    "acknowledge_starting",
+    (
+        "already-applied-attempt-status",
+        "already-applied-lease-status-leased",
+        "already-running",
+        "already-terminal-attempt-status",
+        "lease-not-leased-released",
+    ),
+    "replays",
+    "LEASE-09",
+    "acknowledge_starting with the Worker's own fence on an Attempt already starting under it "
+    "(T2r: already_applied), running (T2x: already_running), completed (already_terminal), and "
+    "lost with its lease released (the authority was revoked: LEASE_NOT_LEASED); a leased "
+    "claimed Attempt applies.",
+    body=_as_refusals,
+)
+no_trace(
+    "acknowledge_starting",
+    ("lease-not-leased-completed",),
+    "unreachable",
+    "a completed lease belongs to a terminal Attempt (T6), which `_released_replay` answers "
+    "first (already_terminal)",
+)
+
+
+def _rn_refusals(s: Scenario) -> None:
+    f = _fw_world(s)
+    failed = _fail_start(s, "failed")
+    s.do(failed, "applied")
+
+    def renew(rid: str, fence: Fence, duration: int = LEASE_MS) -> RenewLease:
+        return RenewLease(rid, f"{rid}-a1", fence, W, duration)
+
+    s.do(renew("done", f["done"]), _NOT_LEASED)
+    s.do(renew("failed", failed.fence), _NOT_LEASED)
+    s.do(renew("claimed", f["claimed"]), "rejected:INVALID_TRANSITION")
+    s.do(renew("started", f["started"], 4_999), "rejected:LEASE_DURATION_INVALID")
+    s.do(renew("started", f["started"]), "applied")
+
+
+def _fail_start(s: Scenario, rid: str) -> FailStart:
+    """A starting Attempt and the fail_start (T5) its Worker would send."""
+    aid = _started(s, rid)
+    return FailStart(rid, aid, s.fence(rid, aid, W), W)
+
+
+_register_shared(
+    "renew_lease",
+    (
+        "lease-not-leased-completed",
+        "lease-not-leased-released",
+        "invalid-transition",
+        "lease-duration-invalid",
+    ),
+    "refusals",
+    "LEASE-09",
+    "renew_lease (T3) with the Worker's own fence of a completed lease and of a lease released "
+    "by a start failure (LEASE_NOT_LEASED), of a leased claimed Attempt (not started: "
+    "INVALID_TRANSITION), with a duration of 4 999 ms (LEASE_DURATION_INVALID); the starting "
+    "Attempt's renew applies.",
+    body=_rn_refusals,
+)
+
+
+def _ar_refusals(s: Scenario) -> None:
+    f = _fw_world(s)
+
+    def ack(rid: str, handle: str | None = None, started: int | None = None) -> AcknowledgeRunning:
+        aid = f"{rid}-a1"
+        at = _created_at(s, rid, aid) if started is None else started
+        return AcknowledgeRunning(rid, aid, f[rid], W, handle or f"pid:{aid}", at)
+
+    running = s.agg("running").attempt("running-a1")
+    assert running is not None
+    assert running.started_at_ms is not None
+    s.do(ack("running", started=running.started_at_ms), "replayed:already_applied")
+    s.do(ack("running", "pid:other", running.started_at_ms), "rejected:HANDLE_CONFLICT")
+    s.do(ack("done"), "replayed:already_terminal")
+    s.do(ack("lost"), _NOT_LEASED)
+    s.do(ack("claimed"), "rejected:INVALID_TRANSITION")
+    early = _created_at(s, "started", "started-a1") - 1
+    s.do(ack("started", started=early), "rejected:START_TIME_INVALID")
+    s.do(ack("started"), "applied")
+
+
+_register_shared(
+    "acknowledge_running",
+    (
+        "already-applied",
+        "handle-conflict-attempt-status",
+        "handle-conflict-lease-status-leased",
+        "already-terminal-attempt-status",
+        "lease-not-leased-released",
+        "invalid-transition",
+        "start-time-invalid",
+    ),
+    "replays",
+    "LEASE-09",
+    "acknowledge_running with the Worker's own fence: on its running Attempt the same handle is "
+    "a replay (T4r: already_applied) and another handle HANDLE_CONFLICT; a completed Attempt is "
+    "already_terminal, a lost one (lease released) LEASE_NOT_LEASED, a leased claimed one "
+    "INVALID_TRANSITION; a start time one ms before the Attempt's creation is refused "
+    "START_TIME_INVALID and the starting Attempt's acknowledgement applies.",
+    body=_ar_refusals,
+)
+no_trace(
+    "acknowledge_running",
+    ("already-running",),
+    "unreachable",
+    "a running Attempt's current lease is leased (answered before) until T8 or §2.1 release it, "
+    "which makes the Attempt lost",
+)
+no_trace(
+    "acknowledge_running",
+    ("lease-not-leased-completed",),
+    "unreachable",
+    "a completed lease belongs to a terminal Attempt (T6), which `_released_replay` answers "
+    "first (already_terminal)",
+)
+
+
+def _fs_refusals(s: Scenario) -> None:
+    f = _fw_world(s)
+    command = _fail_start(s, "failed")
+    s.do(command, "applied")
+    s.do(command, "replayed:already_applied")
+    s.do(dataclasses.replace(command, failure_code="OTHER_FAILURE"), _NOT_LEASED)
+    stale = dataclasses.replace(command.fence, expected_version=command.fence.expected_version + 1)
+    s.do(dataclasses.replace(command, fence=stale), _NOT_LEASED)
+    s.do(FailStart("done", "done-a1", f["done"], W), _NOT_LEASED)
+    s.do(FailStart("claimed", "claimed-a1", f["claimed"], W), "rejected:INVALID_TRANSITION")
+
+
+_register_shared(
+    "fail_start",
+    (
+        "already-applied-attempt-status",
+        "already-applied-lease-status-released",
+        "already-applied-lease-release-reason",
+        "already-applied-lease-version",
+        "already-applied-attempt-error-code",
+        "lease-not-leased-released",
+        "lease-not-leased-completed",
+        "invalid-transition",
+    ),
+    "replays",
+    "LEASE-09",
+    "fail_start (T5) applied, then the identical command is a replay (already_applied: failed "
+    "Attempt, lease released start_failed at the expected version + 1, same failure code); the "
+    "same command with another failure code alone, or expecting another lease version alone, is "
+    "no replay and meets the released lease (LEASE_NOT_LEASED); a completed lease is "
+    "LEASE_NOT_LEASED and a leased claimed Attempt INVALID_TRANSITION.",
+    body=_fs_refusals,
+)
+
+
+def _cw_refusals(s: Scenario) -> None:
+    f = _fw_world(s)
+    done = s.completion("done", "done-a1", W, f["done"])
+    s.do(done, "replayed:already_terminal")
+    for change in (
+        {"exit_code": 3},
+        {"outcome": CompletionOutcome.FAILED},
+        {"callback_sequence": 2},
+    ):
+        s.do(dataclasses.replace(done, **change), "rejected:COMPLETION_CONFLICT")
+    moved = dataclasses.replace(f["done"], expected_version=f["done"].expected_version + 1)
+    s.do(dataclasses.replace(done, fence=moved), _NOT_LEASED)
+    s.do(s.completion("lost", "lost-a1", W, f["lost"]), _NOT_LEASED)
+    s.do(s.completion("claimed", "claimed-a1", W, f["claimed"]), "rejected:INVALID_TRANSITION")
+    s.do(s.completion("running", "running-a1", W, f["running"]), "applied:completed")
+
+
+_register_shared(
+    "complete_with_lease",
+    (
+        "already-terminal-attempt-callback-sequence",
+        "already-terminal-status-value",
+        "already-terminal-attempt-exit-code",
+        "completion-conflict-lease-status-completed",
+        "completion-conflict-lease-version",
+        "lease-not-leased-completed",
+        "lease-not-leased-released",
+        "invalid-transition",
+    ),
+    "replays",
+    "LEASE-03",
+    "complete_with_lease (T6r): the identical completion replay is already_terminal; the same "
+    "fence with another exit code, outcome or callback sequence alone is COMPLETION_CONFLICT; "
+    "the completed lease expected at its current version (not the completion's) is "
+    "LEASE_NOT_LEASED, as is a lost Attempt's released lease; a leased claimed Attempt is "
+    "INVALID_TRANSITION and the running Attempt's completion applies.",
+    body=_cw_refusals,
+)
+no_trace(
+    "complete_with_lease",
+    ("callback-sequence-stale",),
+    "unreachable",
+    "a live Attempt's callback_sequence is 0 (only a completion, which finishes it, advances it "
+    "for a remote Attempt) and a command's sequence is at least 1",
+)
+
+
+# -- admission (A-2..A-5, B-07; RETRY-02) ---------------------------------------------------------
+def _ad_refusals(s: Scenario) -> None:
+    admitted(s)
+    admitted(s, expect="replayed:existing")
+    s.admit("r1", NO_BACKOFF, attempt_id="r1-other", expect="rejected:RUN_ID_CONFLICT")
+    invalid = PolicyDefinition(3, True, Safety.IDEMPOTENT, 2_000, 1_000)  # base above max
+    s.admit("r2", invalid, expect="rejected:INVALID_RUN_RETRY_POLICY")
+    unsafe = PolicyDefinition(3, True, Safety.UNKNOWN, 0, 0)
+    s.admit("r2", unsafe, expect="rejected:RUN_RETRY_POLICY_UNSAFE")
+    admitted(s, "r2")
+
+
+_register_shared(
+    "admit_run",
+    ("existing", "run-id-conflict", "invalid-run-retry-policy", "run-retry-policy-unsafe"),
+    "refusals",
+    "RETRY-02",
+    "admit_run: the same admission again is a replay (existing) and writes nothing; another "
+    "admission for the taken Run id is refused RUN_ID_CONFLICT; a policy whose backoff base is "
+    "above its maximum is refused INVALID_RUN_RETRY_POLICY and an enabled policy of unknown "
+    "safety RUN_RETRY_POLICY_UNSAFE, before any row is written; the valid admission applies.",
+    body=_ad_refusals,
+)
+
+
+def _cr_refusals(s: Scenario) -> None:
+    create = CreateRun("c1", "project", "task", 1, LOCAL)
+    s.do(create, "applied")
+    s.do(create, "replayed:existing")
+    s.do(dataclasses.replace(create, task_revision=2), "rejected:RUN_ID_CONFLICT")
+    s.tick(1)
+    s.do(FailOrphanedCreated("c1", s.now), "applied")
+    s.do(create, "rejected:RUN_ID_CONFLICT")
+
+
+_register_shared(
+    "create_run",
+    ("existing-same-identity", "existing-run-status", "run-id-conflict"),
+    "refusals",
+    "REC-12",
+    "create_run (B-07): the same creation again is a replay (existing); another creation for the "
+    "taken Run id is refused RUN_ID_CONFLICT; once the created Run failed (orphaned, B-30) the "
+    "same creation is refused RUN_ID_CONFLICT too (the Run is no longer created).",
+    body=_cr_refusals,
+)
+
+
 # -- the corpus and its coverage report -----------------------------------------------------------
 def trace_name(command: str, name: str) -> str:
     builder = _BUILDERS[(command, name)]
     assert isinstance(builder, WriteBuilder)
-    return f"{builder.spec}-write-{_slug(command)}-{name}"
+    return f"{builder.spec}-write-{_slug(command)}-{builder.trace or name}"
 
 
 def _build(name: str, builder: WriteBuilder, profile: Profile) -> Callable[[], Trace]:
@@ -1230,7 +2181,8 @@ def scenarios() -> dict[str, Callable[[], Trace]]:
             builder = _BUILDERS.get((command, b.name))
             if isinstance(builder, WriteBuilder):
                 name = trace_name(command, b.name)
-                out[name] = _build(name, builder, Profile.EDGE)
+                if name not in out:  # a shared trace is built once
+                    out[name] = _build(name, builder, Profile.EDGE)
     return out
 
 
@@ -1282,191 +2234,7 @@ def render(report: dict[str, tuple[WriteCoverage, ...]]) -> str:
 #: Boundaries derived but not yet built (issue 16 item 1, left for a next pass): the report
 #: shows them `uncovered`; the test fails on an uncovered boundary *not* listed here, and on an
 #: entry here that is covered or no longer derived, so the list only shrinks.
-PENDING: dict[str, tuple[str, ...]] = {
-    "admit_run": (
-        "existing",
-        "run-id-conflict",
-        "invalid-run-retry-policy",
-        "run-retry-policy-unsafe",
-    ),
-    "create_run": (
-        "existing-same-identity",
-        "existing-run-status",
-        "run-id-conflict",
-    ),
-    "acknowledge_starting": (
-        "lease-not-leased-released",
-        "already-running",
-        "already-terminal-attempt-status",
-        "already-applied-attempt-status",
-        "already-applied-lease-status-leased",
-        "lease-not-leased-completed",
-    ),
-    "renew_lease": (
-        "lease-not-leased-completed",
-        "lease-not-leased-released",
-        "invalid-transition",
-        "lease-duration-invalid",
-    ),
-    "acknowledge_running": (
-        "already-applied",
-        "handle-conflict-attempt-status",
-        "handle-conflict-lease-status-leased",
-        "lease-not-leased-released",
-        "already-running",
-        "already-terminal-attempt-status",
-        "lease-not-leased-completed",
-        "invalid-transition",
-        "start-time-invalid",
-    ),
-    "fail_start": (
-        "already-applied-attempt-status",
-        "already-applied-lease-status-released",
-        "already-applied-lease-release-reason",
-        "already-applied-lease-version",
-        "already-applied-attempt-error-code",
-        "lease-not-leased-completed",
-        "lease-not-leased-released",
-        "invalid-transition",
-    ),
-    "complete_with_lease": (
-        "already-terminal-attempt-callback-sequence",
-        "already-terminal-status-value",
-        "already-terminal-attempt-exit-code",
-        "completion-conflict-lease-status-completed",
-        "completion-conflict-lease-version",
-        "lease-not-leased-completed",
-        "lease-not-leased-released",
-        "invalid-transition",
-        "callback-sequence-stale",
-    ),
-    "lost_retry_step": (
-        "not-eligible-aggregate",
-        "not-eligible-run-run-id",
-        "not-eligible-run-owner-legacy",
-        "not-eligible-run-kind-workflow",
-        "not-eligible-run-has-cancel-intent",
-        "not-eligible-run-status",
-        "not-eligible-latest",
-        "not-eligible-latest-status",
-        "clock-regression-time-equal",
-        "clock-regression-time-one-ms-before",
-        "clock-regression-time-one-ms-after",
-        "attempt-id-conflict",
-    ),
-    "activate_local": (
-        "run-not-found-aggregate",
-        "run-not-found-run-run-id",
-        "attempt-not-found",
-        "attempt-not-latest",
-        "not-runtime-owned-legacy",
-        "executor-type-mismatch-attempt-executor-type",
-        "executor-type-mismatch-attempt-lease-generation",
-        "cancel-requested",
-        "not-eligible-run-status",
-        "not-eligible-attempt-status",
-        "callback-sequence-stale",
-        "clock-regression-time-equal",
-        "clock-regression-time-one-ms-before",
-        "clock-regression-time-one-ms-after",
-    ),
-    "record_local_handle": (
-        "run-not-found-aggregate",
-        "run-not-found-run-run-id",
-        "attempt-not-found",
-        "invalid-transition",
-        "already-terminal",
-        "already-applied",
-        "handle-conflict",
-        "invalid-transition-attempt-status",
-        "invalid-transition-run-status",
-        "start-time-invalid",
-        "clock-regression-time-equal",
-        "clock-regression-time-one-ms-before",
-        "clock-regression-time-one-ms-after",
-    ),
-    "complete_local": (
-        "run-not-found-aggregate",
-        "run-not-found-run-run-id",
-        "attempt-not-found",
-        "receipt-unauthenticated-attempt-callback-token-sha256",
-        "receipt-unauthenticated-receipt-run-id",
-        "receipt-unauthenticated-receipt-attempt-id",
-        "receipt-unauthenticated-receipt-callback-sequence",
-        "receipt-unauthenticated-digests-equal",
-        "receipt-unauthenticated-attempt-started-at-ms",
-        "already-terminal",
-        "invalid-transition",
-        "start-time-invalid",
-        "clock-regression-time-equal",
-        "clock-regression-time-one-ms-before",
-        "clock-regression-time-one-ms-after",
-    ),
-    "record_local_stop": (
-        "run-not-found-aggregate",
-        "run-not-found-run-run-id",
-        "attempt-not-found",
-        "invalid-transition",
-        "already-terminal",
-        "stop-not-applicable",
-        "invalid-transition-attempt-status",
-        "invalid-transition-run-status",
-        "clock-regression-time-equal",
-        "clock-regression-time-one-ms-before",
-        "clock-regression-time-one-ms-after",
-    ),
-    "recover_local_startup": (
-        "not-eligible-aggregate",
-        "not-eligible-run-run-id",
-        "not-eligible-run-status",
-        "not-eligible-run-owner-legacy",
-        "not-eligible-run-kind-workflow",
-        "not-eligible-latest",
-        "not-eligible-latest-is-local",
-        "not-eligible-latest-status",
-        "not-eligible-latest-attempt-id",
-        "clock-regression-time-equal",
-        "clock-regression-time-one-ms-before",
-        "clock-regression-time-one-ms-after",
-        "receipt-conflict",
-    ),
-    "fail_orphaned_created": (
-        "not-eligible-aggregate",
-        "not-eligible-run-run-id",
-        "not-eligible-run-status",
-        "not-eligible-run-owner-legacy",
-        "not-eligible-run-kind-workflow",
-        "not-eligible-run-created-at-ms-time-equal",
-        "not-eligible-run-created-at-ms-time-one-ms-before",
-        "not-eligible-run-created-at-ms-time-one-ms-after",
-        "clock-regression-time-equal",
-        "clock-regression-time-one-ms-before",
-        "clock-regression-time-one-ms-after",
-    ),
-    "recover_runtime": (
-        "not-eligible-aggregate",
-        "not-eligible-run-run-id",
-        "not-eligible-latest",
-        "not-eligible-latest-attempt-id",
-        "not-eligible-run-owner-runtime",
-        "not-eligible-run-kind-ordinary",
-        "not-eligible-run-status",
-        "not-eligible-latest-status",
-        "not-eligible-attempt-is-pristine",
-        "not-eligible-next",
-        "not-eligible-leased",
-        "not-eligible-leased-expires-at-ms-time-equal",
-        "not-eligible-leased-expires-at-ms-time-one-ms-before",
-        "not-eligible-leased-expires-at-ms-time-one-ms-after",
-        "not-eligible-leased-status-completed",
-        "not-eligible-leased-status-released",
-        "clock-regression-time-equal",
-        "clock-regression-time-one-ms-before",
-        "clock-regression-time-one-ms-after",
-        "evidence-required",
-        "receipt-conflict",
-    ),
-}
+PENDING: dict[str, tuple[str, ...]] = {}
 
 
 def unlisted_gaps(report: dict[str, tuple[WriteCoverage, ...]]) -> list[str]:

@@ -33,10 +33,7 @@ CONF_ITEMS = sorted(
 #: CONF items of §1-§3 still without a named trace, each with why (issue 16 item 1). A new
 #: entry needs a reason a third-party adapter cannot run the property as a trace; an entry
 #: whose trace exists fails `test_every_pending_conf_item_is_still_missing`.
-PENDING: dict[str, str] = {
-    "INBOX-42": "the expiry scanner runs over the Run store's lease_expiry source, so its "
-    "trace is a run trace: the run vocabulary needs a `pass lease_expiry_page` step",
-}
+PENDING: dict[str, str] = {}
 
 
 def _named_traces() -> list[str]:

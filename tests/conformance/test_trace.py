@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from conformance.run.adapter import ReferenceAdapter, StepResult
 from conformance.run.corpus import RUN_CORPUS, read_trace
 from conformance.run.faults import Fault, FaultKind
+from conformance.run.pages import ExpiryPass
 from conformance.run.recorder import Recorder
-from conformance.run.replay import replay
+from conformance.run.replay import replay, step_label
 from conformance.run.trace import (
     Expectation,
     Step,
@@ -181,6 +182,16 @@ def test_page_steps_round_trip_and_a_wrong_page_diverges() -> None:
     assert "expected page" in result.divergence.render()
 
 
+def test_an_expiry_pass_is_labelled_and_round_trips() -> None:
+    """INBOX-42's step: one `lease_expiry_page` call, named as such in reports."""
+    path = next(RUN_CORPUS.glob("INBOX-42-*.jsonl"))
+    trace = read_trace(path)
+    assert loads(dumps(trace)) == trace
+    passes = [s for s in trace.steps if isinstance(s.page, ExpiryPass)]
+    assert passes
+    assert {step_label(s) for s in passes} == {"pass lease_expiry_page"}
+
+
 @pytest.mark.parametrize(
     ("member", "field"),
     [
@@ -191,6 +202,23 @@ def test_page_steps_round_trip_and_a_wrong_page_diverges() -> None:
         (
             '"pass":{"name":"lost_retry_page","limit":1,"fail_closed":1,"attempt_suffix":"s"}',
             "fail_closed",
+        ),
+        ('"pass":{"name":"sweep","limit":1,"fail_closed":true,"attempt_suffix":"s"}', "pass.name"),
+        (
+            '"pass":{"name":"lease_expiry_page","limit":1,"after":[1],"profile":"edge"}',
+            "pass.after",
+        ),
+        (
+            '"pass":{"name":"lease_expiry_page","limit":1,"after":null,"profile":"moon"}',
+            "pass.profile",
+        ),
+        (
+            '"pass":{"name":"lease_expiry_page","limit":1,"after":null,"profile":"edge","x":1}',
+            "pass.x",
+        ),
+        (
+            '"pass":{"name":"lease_expiry_page","limit":0,"after":null,"profile":"edge"}',
+            "pass.limit",
         ),
     ],
 )

@@ -61,7 +61,7 @@ import pytest
 from conformance.run.adapter import ConformanceAdapter
 from conformance.run.corpus import RUN_CORPUS, read_trace, trace_paths
 from conformance.run.guards import probe_every_write
-from conformance.run.pages import LostRetryPass, SourceQuery
+from conformance.run.pages import ExpiryPass, LostRetryPass, SourceQuery
 from conformance.run.replay import replay
 from model_tests.quality.plant import read_source, source_path
 
@@ -404,6 +404,10 @@ def _reach(path: Path) -> _Reach:
             sections.add(f"{step.page.source}_candidates{suffix}")
         elif isinstance(step.page, LostRetryPass):
             sections.add("lost_retry_candidates")
+        elif isinstance(step.page, ExpiryPass):
+            # the runtime's expiry scan pages the lease-expiry source (INBOX-42)
+            suffix = "" if step.page.after is None else "_after"
+            sections.add(f"lease_expiry_candidates{suffix}")
     return _Reach(frozenset(trace.header.capabilities), frozenset(sections))
 
 
