@@ -10,9 +10,10 @@ cursor recorded in a trace means the same thing to every store.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
-from kernel import Page
+from kernel import Page, RunAggregate, selection
 
 
 class Sources(Protocol):
@@ -55,3 +56,54 @@ class Sources(Protocol):
     ) -> Page[tuple[int, int, str]]:
         """§1.8.3 (D-13): latest `claimed` Attempts of uncancelled queued local Runs."""
         ...
+
+
+class SelectionSources:
+    """The source port answered by the oracle itself: every source is the matching
+    `kernel.selection` function over every stored aggregate (`aggregates()`), so the eligibility,
+    order, keys, `limit + 1` and cursors are the oracle's by construction. For the reference
+    store and for a store without a query language (docs/adapter-guide.md §8); a scan of the
+    whole store per call, so it suits small stores. A SQL runner writes its own queries."""
+
+    def aggregates(self) -> Iterable[RunAggregate]:
+        """Every stored aggregate, read once per call."""
+        raise NotImplementedError
+
+    def lost_retry_candidates(
+        self, observed_at_ms: int, limit: int
+    ) -> Page[tuple[int, int, int, str]]:
+        return selection.lost_retry_candidates(list(self.aggregates()), observed_at_ms, limit)
+
+    def runtime_recovery_candidates(
+        self, observed_at_ms: int, limit: int
+    ) -> Page[tuple[int, int, str]]:
+        return selection.runtime_recovery_candidates(list(self.aggregates()), observed_at_ms, limit)
+
+    def lease_expiry_candidates(
+        self, observed_at_ms: int, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]:
+        return selection.lease_expiry_candidates(
+            list(self.aggregates()), observed_at_ms, limit, after
+        )
+
+    def local_startup_candidates(
+        self, limit: int, after: tuple[str] | None = None
+    ) -> Page[tuple[str]]:
+        return selection.local_startup_candidates(list(self.aggregates()), limit, after)
+
+    def orphaned_created_candidates(
+        self, process_started_at_ms: int, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]:
+        return selection.orphaned_created_candidates(
+            list(self.aggregates()), process_started_at_ms, limit, after
+        )
+
+    def cancel_convergence_candidates(self, limit: int) -> Page[tuple[int, str]]:
+        return selection.cancel_convergence_candidates(list(self.aggregates()), limit)
+
+    def local_dispatch_candidates(
+        self, local_executor_type: str, limit: int, after: tuple[int, int, str] | None = None
+    ) -> Page[tuple[int, int, str]]:
+        return selection.local_dispatch_candidates(
+            list(self.aggregates()), local_executor_type, limit, after
+        )

@@ -20,12 +20,11 @@ from kernel import (
     EffectConflict,
     Event,
     InsertAttempt,
-    Page,
     RunAggregate,
     apply_effects,
-    selection,
 )
 from runners.engine import StaleWrite
+from runners.sources import SelectionSources
 
 
 @dataclass
@@ -73,8 +72,9 @@ class ReferenceTransaction:
             self._state.attempt_index[attempt.attempt_id] = run_id
 
 
-class ReferenceStore:
-    """A dictionary of aggregates and Event logs behind the storage port."""
+class ReferenceStore(SelectionSources):
+    """A dictionary of aggregates and Event logs behind the storage port; its sources are the
+    kernel's selection oracle itself (`SelectionSources` over `aggregates()`)."""
 
     def __init__(self) -> None:
         self._state = _State()
@@ -93,45 +93,6 @@ class ReferenceStore:
 
     def events(self, run_id: str) -> list[Event]:
         return list(self._state.events.get(run_id, ()))
-
-    # -- the source port (runners.sources.Sources): the kernel's selection oracle itself ------
-    def lost_retry_candidates(
-        self, observed_at_ms: int, limit: int
-    ) -> Page[tuple[int, int, int, str]]:
-        return selection.lost_retry_candidates(self._runs(), observed_at_ms, limit)
-
-    def runtime_recovery_candidates(
-        self, observed_at_ms: int, limit: int
-    ) -> Page[tuple[int, int, str]]:
-        return selection.runtime_recovery_candidates(self._runs(), observed_at_ms, limit)
-
-    def lease_expiry_candidates(
-        self, observed_at_ms: int, limit: int, after: tuple[int, str] | None = None
-    ) -> Page[tuple[int, str]]:
-        return selection.lease_expiry_candidates(self._runs(), observed_at_ms, limit, after)
-
-    def local_startup_candidates(
-        self, limit: int, after: tuple[str] | None = None
-    ) -> Page[tuple[str]]:
-        return selection.local_startup_candidates(self._runs(), limit, after)
-
-    def orphaned_created_candidates(
-        self, process_started_at_ms: int, limit: int, after: tuple[int, str] | None = None
-    ) -> Page[tuple[int, str]]:
-        return selection.orphaned_created_candidates(
-            self._runs(), process_started_at_ms, limit, after
-        )
-
-    def cancel_convergence_candidates(self, limit: int) -> Page[tuple[int, str]]:
-        return selection.cancel_convergence_candidates(self._runs(), limit)
-
-    def local_dispatch_candidates(
-        self, local_executor_type: str, limit: int, after: tuple[int, int, str] | None = None
-    ) -> Page[tuple[int, int, str]]:
-        return selection.local_dispatch_candidates(self._runs(), local_executor_type, limit, after)
-
-    def _runs(self) -> list[RunAggregate]:
-        return list(self._state.aggregates.values())
 
     def project(self) -> Projection:
         return project(self._state.aggregates.values(), self._state.events)

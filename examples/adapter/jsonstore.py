@@ -50,14 +50,13 @@ from kernel import (
     Event,
     InsertAttempt,
     Lease,
-    Page,
     Run,
     RunAggregate,
     RunRetryPolicy,
     apply_effects,
-    selection,
 )
 from runners.engine import StaleWrite
+from runners.sources import SelectionSources
 
 Row = dict[str, Any]
 #: The file's content: one entry per Run, its rows as plain JSON (enums as their values).
@@ -164,7 +163,7 @@ class JsonTransaction:
         }
 
 
-class JsonStore:
+class JsonStore(SelectionSources):
     """The storage port (`runners.engine.Storage`), the sources (`runners.sources.Sources`)
     and the projection over one JSON file."""
 
@@ -198,44 +197,9 @@ class JsonStore:
             yield tx
             self._write(tx.data)
 
-    # -- the sources: the kernel's oracle over every stored aggregate -------------------------
-    def _runs(self) -> list[RunAggregate]:
+    # -- the sources: the kernel's oracle over every stored aggregate (SelectionSources) -------
+    def aggregates(self) -> list[RunAggregate]:
         return [_aggregate(entry) for entry in self._read().values()]
-
-    def lost_retry_candidates(
-        self, observed_at_ms: int, limit: int
-    ) -> Page[tuple[int, int, int, str]]:
-        return selection.lost_retry_candidates(self._runs(), observed_at_ms, limit)
-
-    def runtime_recovery_candidates(
-        self, observed_at_ms: int, limit: int
-    ) -> Page[tuple[int, int, str]]:
-        return selection.runtime_recovery_candidates(self._runs(), observed_at_ms, limit)
-
-    def lease_expiry_candidates(
-        self, observed_at_ms: int, limit: int, after: tuple[int, str] | None = None
-    ) -> Page[tuple[int, str]]:
-        return selection.lease_expiry_candidates(self._runs(), observed_at_ms, limit, after)
-
-    def local_startup_candidates(
-        self, limit: int, after: tuple[str] | None = None
-    ) -> Page[tuple[str]]:
-        return selection.local_startup_candidates(self._runs(), limit, after)
-
-    def orphaned_created_candidates(
-        self, process_started_at_ms: int, limit: int, after: tuple[int, str] | None = None
-    ) -> Page[tuple[int, str]]:
-        return selection.orphaned_created_candidates(
-            self._runs(), process_started_at_ms, limit, after
-        )
-
-    def cancel_convergence_candidates(self, limit: int) -> Page[tuple[int, str]]:
-        return selection.cancel_convergence_candidates(self._runs(), limit)
-
-    def local_dispatch_candidates(
-        self, local_executor_type: str, limit: int, after: tuple[int, int, str] | None = None
-    ) -> Page[tuple[int, int, str]]:
-        return selection.local_dispatch_candidates(self._runs(), local_executor_type, limit, after)
 
     # -- the projection: read from the file itself, not through the kernel --------------------
     def project(self) -> Projection:
