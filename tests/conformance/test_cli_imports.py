@@ -144,3 +144,37 @@ def test_command_named_is_the_command_only_when_nothing_before_it_needs_the_othe
 def test_the_version_is_read_only_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--version"]) == 0
     assert capsys.readouterr().out == f"qlk {cli.version()}\n"
+
+
+#: `qlk conform` on the edge runner in an interpreter where psycopg cannot be imported: the
+#: README's main job installs the package without the `cluster` extra.
+WITHOUT_PSYCOPG = """\
+import sys
+sys.modules["psycopg"] = None
+sys.modules["psycopg_pool"] = None
+from conformance.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_qlk_conform_on_the_edge_runner_runs_every_mode_without_psycopg(tmp_path: Path) -> None:
+    """Every mode of the edge run (replay, guard, kill, lock probe) works without psycopg: the
+    cluster halves of the modes are imported only for `--runner cluster`."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    name = "LEASE-02-each-mismatched-fence-field-rejected.jsonl"
+    (traces / name).write_bytes((ROOT / "conformance" / "traces" / "run" / name).read_bytes())
+    run = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PSYCOPG, "conform", "-q", "--traces", str(traces)],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert any(line.startswith("lock probe: ") for line in lines), run.stdout
+    assert any(line.startswith("kill mode: ") for line in lines), run.stdout
+    assert lines[-1] == "verdict: PASS"
