@@ -142,6 +142,11 @@ from kernel.worker.record import (
 __version__ = "0.1.0"
 
 from kernel import selection
+from kernel.cancel_convergence_page import (
+    ConvergencePageResult,
+    classify_convergence,
+    stops_convergence_page,
+)
 from kernel.codec import decode_command, decode_provider_policy, encode_command
 from kernel.identity import PORTABLE_ID_RE, is_sha256_hex
 from kernel.lease_expiry_scan import expiry_command, scan_cursor
@@ -212,6 +217,7 @@ __all__ = [
     "CompletionOutcome",
     "Continue",
     "ConvergeCancel",
+    "ConvergencePageResult",
     "CreateRun",
     "DeliveryKind",
     "DispatchAction",
@@ -301,6 +307,7 @@ __all__ = [
     "canonical_json",
     "check_invariants",
     "check_limit",
+    "classify_convergence",
     "collect_evidence",
     "complete_local",
     "complete_with_lease",
@@ -343,6 +350,7 @@ __all__ = [
     "scan_cursor",
     "selection",
     "startup_budget_exhausted",
+    "stops_convergence_page",
     "stops_page",
     "tally",
     "token_digest",

@@ -5,7 +5,7 @@
 Every checklist item of SPEC §1.12, §2.6, §3.18 and §6.5 ("- RUN-01 [ADR-0021; PBT] ...") and
 every Appendix D addition ("CAD-15 [ADR-0380 §3; CONF]") must be registered with the same
 bracketed source and the same test kinds (SPEC §0.2), and the registry must hold no id the SPEC
-does not list (S-1 of §0.4 and E-7 are the registered rules that are not checklist items). An
+does not list (S-1 of §0.4, E-2 and E-7 are the registered rules that are not checklist items). An
 Appendix E decision ("- E-1 Title ... CONF trace on both runners ...") that asks for a test of a
 kind ("CONF trace", "PBT test") is an item too: it has no bracket, so its source is "Appendix E" and
 its kinds are the ones it names; a decision that names none (E-2 .. E-8 today) is not. Exit 0 when
@@ -54,9 +54,10 @@ APPENDIX_D_HEADING: Final = "## Appendix D."
 APPENDIX_E_HEADING: Final = "## Appendix E."
 #: The registry's source of an Appendix E item (the appendix gives no bracketed source).
 APPENDIX_E_SOURCE: Final = "Appendix E"
-#: Registered ids that no checklist lists: the redaction rule of §0.4, and E-7 (an Appendix E
-#: rule that names no test kind; registered so that the exit-code tests cite it).
-NOT_IN_CHECKLISTS: Final = frozenset({"S-1", "E-7"})
+#: Registered ids that no checklist lists: the redaction rule of §0.4, and E-2 and E-7 (Appendix E
+#: rules that name no test kind; registered so that the journal lock's and the exit-code tests
+#: cite them).
+NOT_IN_CHECKLISTS: Final = frozenset({"S-1", "E-2", "E-7"})
 
 # A checklist item: "- RUN-01 [ADR-0021, ADR-0232; PBT] ..." (the bracket may wrap a line).
 _ITEM: Final = re.compile(r"^\s*- ([A-Z0-9]+-\d+) \[([^\]]+)\]", re.MULTILINE)

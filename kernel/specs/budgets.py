@@ -233,6 +233,10 @@ class ProfileBudget:
     # Cluster scheduler phases (§2.3, §1.8.2).
     cluster_runtime_recovery_page_size: int | None
     cluster_lost_retry_page_size: int | None
+    # [decision D-6] Cluster cancellation convergence (§1.9, Appendix D-6, E-1): one page per
+    # scheduler cycle, a step of O-5 phase 3 before the trigger schedule. §6.3 has no row for it;
+    # §1.9 gives the page: default 16, hard 64. None where there is no cluster scheduler.
+    cluster_cancellation_convergence_page_size: int | None
     # Local startup recovery (§2.2).
     startup_recovery: StartupRecoveryBudget | None
     # Dispatch lease expiry scanner (§3.16; on cluster: the PostgreSQL adapter).
@@ -293,6 +297,7 @@ class HardLimits:
     lost_retry_page_size_max: int
     cluster_runtime_recovery_page_size_max: int
     cluster_lost_retry_page_size_max: int
+    cluster_cancellation_convergence_page_size_max: int
     startup_recovery_page_size_max: int
     startup_recovery_total_max: int
     lease_expiry_scanner_page_size_max: int
@@ -339,6 +344,7 @@ HARD_LIMITS: Final = HardLimits(
     lost_retry_page_size_max=64,  # ADR-0021 §5.5, ADR-0232 §3
     cluster_runtime_recovery_page_size_max=64,  # ADR-0232 §1
     cluster_lost_retry_page_size_max=64,  # ADR-0232 §3
+    cluster_cancellation_convergence_page_size_max=64,  # §1.9 (D-6): hard 64
     startup_recovery_page_size_max=64,  # D: B-31
     startup_recovery_total_max=limits.STARTUP_RECOVERY_TOTAL_MAX,  # D: B-31, D-11 (1024)
     lease_expiry_scanner_page_size_max=64,  # ADR-0021 §5.4
@@ -381,6 +387,7 @@ _EDGE: Final = ProfileBudget(
     superseded_lost_retry_lifecycle=SupersededLifecycleBudget(30_000, 8),
     cluster_runtime_recovery_page_size=None,
     cluster_lost_retry_page_size=None,
+    cluster_cancellation_convergence_page_size=None,
     startup_recovery=StartupRecoveryBudget(16, 1024),  # D B-31: 16; 1024
     lease_expiry_scanner_page_size=16,  # ADR-0021 §5.4
     claimed_dispatcher=ClaimedDispatcherBudget(1, Paging(8, 1)),  # ADR-0021 §5.5: 1; 8 x 1 page
@@ -409,7 +416,7 @@ _EDGE: Final = ProfileBudget(
     receipt_publish_grace_ms=100,  # D B-52: 100 ms
     terminal_retention=TerminalRetentionBudget(16, 8, NoDefault.SET_EXPLICITLY),  # ADR-0021 §5.3
     ack_version_mismatch_attempts=3,  # D B-42
-    lease_duration_ms=limits.LEASE_DURATION_DEFAULT_MS,  # D B-10: 30 s
+    lease_duration_ms=limits.LEASE_DURATION_DEFAULT_MS,  # D B-10, E-2: 60 s
     identity_length=36,  # ADR-0229 §4
 )
 
@@ -423,6 +430,7 @@ _STANDALONE: Final = ProfileBudget(
     superseded_lost_retry_lifecycle=SupersededLifecycleBudget(5_000, 32),
     cluster_runtime_recovery_page_size=None,
     cluster_lost_retry_page_size=None,
+    cluster_cancellation_convergence_page_size=None,
     startup_recovery=StartupRecoveryBudget(16, 1024),  # D B-31: 16; 1024
     lease_expiry_scanner_page_size=16,  # ADR-0021 §5.4
     claimed_dispatcher=ClaimedDispatcherBudget(1, Paging(8, 1)),  # ADR-0021 §5.5: 1; 8 x 1 page
@@ -451,7 +459,7 @@ _STANDALONE: Final = ProfileBudget(
     receipt_publish_grace_ms=100,  # D B-52: 100 ms
     terminal_retention=TerminalRetentionBudget(16, 8, NoDefault.SET_EXPLICITLY),  # ADR-0021 §5.3
     ack_version_mismatch_attempts=3,  # D B-42
-    lease_duration_ms=limits.LEASE_DURATION_DEFAULT_MS,  # D B-10: 30 s
+    lease_duration_ms=limits.LEASE_DURATION_DEFAULT_MS,  # D B-10, E-2: 60 s
     identity_length=36,  # ADR-0229 §4
 )
 
@@ -464,6 +472,7 @@ _CLUSTER: Final = ProfileBudget(
     superseded_lost_retry_lifecycle=None,
     cluster_runtime_recovery_page_size=16,  # ADR-0232 §1
     cluster_lost_retry_page_size=16,  # ADR-0232 §3
+    cluster_cancellation_convergence_page_size=16,  # §1.9 (D-6): default 16
     startup_recovery=None,
     lease_expiry_scanner_page_size=16,  # ADR-0021 §5.4 (PostgreSQL adapter; D-9: conformance only)
     claimed_dispatcher=None,
@@ -485,7 +494,7 @@ _CLUSTER: Final = ProfileBudget(
     receipt_publish_grace_ms=None,
     terminal_retention=None,
     ack_version_mismatch_attempts=None,
-    lease_duration_ms=limits.LEASE_DURATION_DEFAULT_MS,  # D B-10: 30 s
+    lease_duration_ms=limits.LEASE_DURATION_DEFAULT_MS,  # D B-10, E-2: 60 s
     identity_length=36,  # ADR-0229 §4
 )
 
@@ -498,6 +507,7 @@ _WORKER: Final = ProfileBudget(
     superseded_lost_retry_lifecycle=None,
     cluster_runtime_recovery_page_size=None,
     cluster_lost_retry_page_size=None,
+    cluster_cancellation_convergence_page_size=None,
     startup_recovery=None,
     lease_expiry_scanner_page_size=None,
     claimed_dispatcher=None,

@@ -91,6 +91,7 @@ class Code(enum.StrEnum):
     # -- component unavailability ---------------------------------------------------------
     LOST_RETRY_UNAVAILABLE = "LOST_RETRY_UNAVAILABLE"
     RUNTIME_RECOVERY_UNAVAILABLE = "RUNTIME_RECOVERY_UNAVAILABLE"
+    CANCEL_CONVERGENCE_UNAVAILABLE = "CANCEL_CONVERGENCE_UNAVAILABLE"  # [decision D-6] cluster
     STARTUP_RECOVERY_BUDGET_EXHAUSTED = "STARTUP_RECOVERY_BUDGET_EXHAUSTED"
     # -- recovery evidence (§2.1) ----------------------------------------------------------
     EVIDENCE_COMPLETED = "completed_evidence"

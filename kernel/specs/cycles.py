@@ -14,6 +14,8 @@ steps (`local_control_phases`: no lost retry while draining, cleanup on slow cyc
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Final
 
 
@@ -38,6 +40,42 @@ CLUSTER_CYCLE: Final[tuple[ClusterPhase, ...]] = (
 CLUSTER_GATING: Final[frozenset[ClusterPhase]] = frozenset(
     {ClusterPhase.RUNTIME_RECOVERY, ClusterPhase.LOST_RETRY}
 )
+
+
+class ClusterStep(enum.StrEnum):
+    """The steps the O-5 phases are made of: one per phase, but phase 3 runs cancellation
+    convergence (D-6) before its trigger schedule."""
+
+    RUNTIME_RECOVERY = "runtime_recovery"
+    LOST_RETRY = "lost_retry"
+    CANCELLATION_CONVERGENCE = "cancellation_convergence"  # D-6, §1.9, E-1 on cluster
+    TRIGGER_SCHEDULE = "trigger_schedule"
+    WORKFLOW_FRONTIER = "workflow_frontier"
+    TASK_ADMISSION = "task_admission"
+
+
+#: O-5 with D-6: the steps of each phase, in order. Cancellation convergence comes after lost
+#: retry (a `lost` Run with an intent is never retried, RETRY-12, so the page that follows ends
+#: it) and before the trigger schedule, inside phase 3 (§1.9), so it is not gating: a failure
+#: there ends the cycle like any phase-3 failure, after recovery and lost retry have run.
+CLUSTER_PHASE_STEPS: Final[Mapping[ClusterPhase, tuple[ClusterStep, ...]]] = MappingProxyType(
+    {
+        ClusterPhase.RUNTIME_RECOVERY: (ClusterStep.RUNTIME_RECOVERY,),
+        ClusterPhase.LOST_RETRY: (ClusterStep.LOST_RETRY,),
+        ClusterPhase.TRIGGER_SCHEDULE: (
+            ClusterStep.CANCELLATION_CONVERGENCE,
+            ClusterStep.TRIGGER_SCHEDULE,
+        ),
+        ClusterPhase.WORKFLOW_FRONTIER: (ClusterStep.WORKFLOW_FRONTIER,),
+        ClusterPhase.TASK_ADMISSION: (ClusterStep.TASK_ADMISSION,),
+    }
+)
+
+
+def cluster_cycle_steps() -> tuple[tuple[ClusterPhase, ClusterStep], ...]:
+    """Every step of one O-5 cycle with the phase it belongs to, in call order (read from
+    `CLUSTER_CYCLE` and `CLUSTER_PHASE_STEPS` at each call, so the tables alone decide)."""
+    return tuple((phase, step) for phase in CLUSTER_CYCLE for step in CLUSTER_PHASE_STEPS[phase])
 
 
 class LocalControlPhase(enum.StrEnum):

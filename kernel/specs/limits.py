@@ -27,10 +27,12 @@ def policy_within_limits(max_attempts: int, backoff_base_ms: int, backoff_max_ms
 # §1.8.1: the exponent is capped so the delay arithmetic stays small.
 BACKOFF_EXPONENT_CAP: Final = 15
 
-# §1.4 / B-10: lease duration.
+# §1.4 / B-10: lease duration, 5 s..10 min. Appendix E-2: the default is 60 s, at least twice the
+# default journal stale window (30 s), so a Worker restarted at once after a crash never has to
+# outwait its own lease to get its journal back.
 LEASE_DURATION_MIN_MS: Final = 5_000
 LEASE_DURATION_MAX_MS: Final = 600_000
-LEASE_DURATION_DEFAULT_MS: Final = 30_000
+LEASE_DURATION_DEFAULT_MS: Final = 60_000
 
 # §0.4: identities.
 PORTABLE_ID_MAX_LENGTH: Final = 36

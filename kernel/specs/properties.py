@@ -415,6 +415,12 @@ _ALL: Final = (
     # E-7 asks for no test kind (it is a rule every `qlk` command obeys); it is registered, like
     # S-1, so that the tests of the exit-code contract cite it. The CLI became a person's tool
     # with the local application (issue 7).
+    # E-2 names no test kind either; registered so that the journal lock's tests cite it (the
+    # kernel's liveness rule and the adapter's SIGKILL tests). It amends W-3 (B-48/D-10), whose
+    # properties (INBOX-23) belong to the inbox issue, so it does too.
+    _p("E-2", "PBT", "Appendix E", 6,
+       "A journal lock whose owner is provably dead (another boot id; same boot id and no such "
+       "PID or another start time) is reclaimed at once, by rename and D-10's checks."),
     _p("E-7", "CONF", "Appendix E", 7,
        "Every qlk command exits 0 / 1 check failed / 2 usage or bad input / 3 runtime or "
        "infrastructure / 130 interrupted; a user error is one line naming the file or flag."),

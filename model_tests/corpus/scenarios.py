@@ -1069,6 +1069,33 @@ def e_1_cluster(s: Scenario) -> None:
     assert [a.status.value for a in agg.attempts] == ["cancelled"]
 
 
+@scenario(
+    "E-1-cluster-lost-run-with-intent-converges-cancelled",
+    "E-1 on cluster, D-6: cancel while running; the lease expires and §2.3 runtime recovery, "
+    "with not-running evidence, makes the Attempt and the Run lost (recovery does not exclude an "
+    "intent); the lost-retry page of the same cycle never selects a Run with intent, so before "
+    "D-6 the Run stayed lost forever; the cancellation-convergence page that follows lost retry "
+    "selects it and converge_cancel ends the Run cancelled (the lost Attempt stays lost, no new "
+    "Attempt is created); a second page finds nothing.",
+    profile=Profile.CLUSTER,
+)
+def d_6_cluster_lost(s: Scenario) -> None:
+    w = worker()
+    aid = s.launched("r1", w, NO_BACKOFF)
+    s.do(RequestCancel("r1", CancelReason.USER, Actor.USER), "applied")
+    s.tick(LEASE_MS + 1)
+    s.query("runtime_recovery", ["r1"])
+    s.do(RecoverRuntime("r1", aid, NotRunningEvidence()), "applied:lost")
+    s.lost_retry_page({"scanned": 0}, fail_closed=True)
+    s.query("cancel_convergence", ["r1"])
+    s.do(ConvergeCancel("r1"), "applied:converged")
+    s.lost_retry_page({"scanned": 0}, fail_closed=True)
+    s.query("cancel_convergence", [])
+    agg = s.agg("r1")
+    assert agg.run.status.value == "cancelled"
+    assert [a.status.value for a in agg.attempts] == ["lost"]
+
+
 # -- issue 16 item 1: one trace per decision boundary of every candidate source, derived from
 # the selection oracle (model_tests.corpus.boundaries; its coverage report names each one).
 SCENARIOS.update(boundaries.scenarios())

@@ -9,7 +9,8 @@ a bounded retry of transient conflicts (ADR-0232 §1-§3, SPEC §2.3, §2.4, RET
   whole transaction back and is retried, at most `max_attempts` times in all; after that it
   surfaces as `TransientConflictExhausted`, a typed error with a stable code, never as
   success and never as a half-applied transaction.
-- `lost_retry_page(limit, new_attempt_id)` and `runtime_recovery_page(limit, evidence)` read
+- `lost_retry_page(limit, new_attempt_id)`, `runtime_recovery_page(limit, evidence)` and
+  `cancel_convergence_page(limit)` (§1.9, Appendix D-6, E-1) read
   the time once (P-5) and run one bounded page with the cluster semantics: the first failing
   candidate stops the page closed (RETRY-17, §2.3 step 4). A transient conflict inside a page
   is not retried: the page fails closed and the next cycle starts over from the source.
@@ -25,10 +26,22 @@ from typing import Final
 
 from psycopg import errors
 
-from kernel import Command, LostRetryPageResult, Outcome
+from kernel import (
+    CANDIDATE_ERROR,
+    CandidateError,
+    Command,
+    ConvergeCancel,
+    ConvergencePageResult,
+    LostRetryPageResult,
+    Outcome,
+    check_limit,
+    classify_convergence,
+    stops_convergence_page,
+)
+from kernel.specs import Code
 from runners.cluster.clock import DatabaseClock, TransactionClock
 from runners.cluster.store import ClusterStore, ClusterTransaction
-from runners.engine import StorageTransaction, execute_observed
+from runners.engine import StorageTransaction, execute, execute_observed
 from runners.passes import EvidencePort, RecoveryPageResult, lost_retry_page, runtime_recovery_page
 
 #: Failures after which the same transaction, started again, may well succeed.
@@ -50,6 +63,19 @@ class TransientConflictExhausted(Exception):
         self.command = command
         self.attempts = attempts
         self.last = last
+
+
+class CancelConvergenceUnavailable(Exception):
+    """Cluster: a convergence candidate failed (a storage, lock or persistence error, or a
+    refusal the kernel does not call a race), so the page stopped closed before later
+    candidates and the cycle ends there (D-6 with E-5's rule). Carries the stable code and
+    the outcomes so far, never exception text (S-1)."""
+
+    code = Code.CANCEL_CONVERGENCE_UNAVAILABLE
+
+    def __init__(self, partial: ConvergencePageResult) -> None:
+        super().__init__(f"{self.code}: page stopped after {partial.scanned} candidates")
+        self.partial = partial
 
 
 class ClusterRuntime:
@@ -104,3 +130,30 @@ class ClusterRuntime:
         """One page of the §2.3 recovery source at database time; raises
         `RuntimeRecoveryUnavailable` when a candidate fails (REC-13)."""
         return runtime_recovery_page(self.store, self.store, self.now_ms(), limit, evidence)
+
+    def cancel_convergence_page(self, limit: int) -> ConvergencePageResult:
+        """One page of `cancel_convergence_candidates` at one database time (P-5): runtime
+        ordinary Runs with an intent and no live execution (`lost` and `retry_wait` ones
+        included, and E-1's revoked remote Attempts), each `ConvergeCancel` in its own
+        transaction (the store's lock order, §1.7, D-7). Whether a candidate stops the page is
+        the kernel's `stops_convergence_page` (fail closed, as on every cluster page): then
+        `CancelConvergenceUnavailable` is raised and later candidates are not touched."""
+        check_limit(limit)
+        now = self.now_ms()
+        page = self.store.cancel_convergence_candidates(limit)
+        done: list[tuple[str, str, str]] = []
+        dispositions: list[str] = []
+        for candidate in page.items:
+            outcome: Outcome | CandidateError
+            try:
+                outcome = execute(self.store, ConvergeCancel(candidate.run_id), now)
+            except Exception:  # storage, lock or persistence failure of this candidate
+                outcome = CANDIDATE_ERROR
+            if stops_convergence_page(outcome, fail_closed=True):  # the kernel says (E-5)
+                raise CancelConvergenceUnavailable(
+                    ConvergencePageResult(tuple(done), tuple(dispositions), page.has_more)
+                )
+            assert not isinstance(outcome, CandidateError)  # a fail-closed page stopped above
+            done.append((candidate.run_id, outcome.kind.value, outcome.code.value))
+            dispositions.append(classify_convergence(outcome))
+        return ConvergencePageResult(tuple(done), tuple(dispositions), page.has_more)

@@ -3,9 +3,11 @@
 One `JournalOwnership` is one would-be owner of one journal root. Every journal operation calls
 `require_owned()` first (W-1); it fails unless this owner holds the lock and the lock checks out.
 
-The lock (W-2)
+The lock (W-2, Appendix E-2)
     `<root>/.owner.lock`, a directory created atomically with `mkdir` (mode `0700`), holding the
-    file `owner` (`0600`, `O_CREAT | O_EXCL`) with a random owner id. The owner then sets the
+    file `owner` (`0600`, `O_CREAT | O_EXCL`) with a random owner id and, beside it, the file
+    `identity` (`0600`, `O_CREAT | O_EXCL`): the owner's boot id, PID, process start time and PID
+    namespace as JSON (E-2; written only where the host reports them). The owner then sets the
     directory's mtime to a wall-clock value of its choosing (`os.utime`, nanoseconds) and
     remembers the value the file system stored, so that verification compares exactly.
 
@@ -17,13 +19,18 @@ Verification (W-5), before every operation and on every refresh
     is absorbing (W-6): every operation, `acquire()` and `release()` included, fails
     `JOURNAL_COMPROMISED`, and this owner never touches the lock again.
 
-Contention (W-3)
-    A lock whose mtime is at most the stale window old (by the wall clock) belongs to a live
-    owner: `JOURNAL_LOCKED`. An older one is stale: it is renamed atomically to a unique
-    `.owner.lock.stale-<hex>` name inside the root, removed, and `mkdir` is retried once; losing
-    that race is `JOURNAL_LOCKED`. A lock entry that this code cannot have made (a symlink, not a
-    directory, another uid, a mode other than `0700`) is never reclaimed, live or stale:
-    `JOURNAL_PERMISSIONS` (docs/decisions.md J-3).
+Contention (W-3, amended by E-2 and D-10)
+    The contender observes the lock (its owner id, mtime and inode, the recorded identity) and
+    the host (its own boot id and PID namespace; whether the recorded PID exists now and its start
+    time), and the kernel judges (`judge_contended_lock`): a provably dead owner's lock is stale at
+    once, any other is stale only when older than the stale window (by the wall clock); a lock
+    that is not stale is `JOURNAL_LOCKED`. A stale lock is renamed atomically to a unique
+    `.owner.lock.stale-<hex>` name inside the root; then (D-10, `moved_lock_action`) it is removed
+    only if what was moved is the lock judged (same owner id, mtime and inode), otherwise it is
+    renamed back and the contender fails `JOURNAL_LOCKED`; after a removal `mkdir` is retried
+    once, and losing that race is `JOURNAL_LOCKED`. A lock entry that this code cannot have made
+    (a symlink, not a directory, another uid, a mode other than `0700`) is never reclaimed, live
+    or stale: `JOURNAL_PERMISSIONS` (docs/decisions.md J-3).
 
 Refresh (W-4, F-11)
     One timer per tenure: a single daemon thread (`DaemonRefreshTimer`) that waits on an Event
@@ -45,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import secrets
 import stat
@@ -59,11 +67,19 @@ from kernel.specs import (
     HARD_LIMITS,
     REFUSAL_CODES,
     Code,
+    HostObservation,
+    LockAction,
+    LockOwnerIdentity,
+    LockSnapshot,
+    MovedLockAction,
     OwnershipState,
     OwnershipTrigger,
+    ProcessPresence,
     Profile,
     budget_for,
     check_in_range,
+    judge_contended_lock,
+    moved_lock_action,
     next_ownership_state,
 )
 
@@ -71,18 +87,23 @@ __all__ = [
     "DEFAULT_STALE_WINDOW_MS",
     "DIR_MODE",
     "FILE_MODE",
+    "IDENTITY_FILE_NAME",
     "LOCK_DIR_NAME",
     "OWNER_FILE_NAME",
     "REFRESH_THREAD_NAME",
     "STALE_LOCK_PREFIX",
     "TEMPORARY_PREFIX",
     "DaemonRefreshTimer",
+    "HostProbe",
     "JournalOwnership",
     "JournalOwnershipError",
     "OwnershipClock",
+    "ProcHost",
     "RefreshTimer",
     "SystemClock",
     "TimerFactory",
+    "decode_identity",
+    "encode_identity",
     "is_leftover_temporary",
     "is_stale_lock_name",
     "new_owner_id",
@@ -90,6 +111,9 @@ __all__ = [
 
 LOCK_DIR_NAME: Final = ".owner.lock"
 OWNER_FILE_NAME: Final = "owner"
+#: E-2: the owner's boot id, PID, start time and PID namespace, beside the owner id.
+IDENTITY_FILE_NAME: Final = "identity"
+_IDENTITY_MAX_BYTES: Final = 1024
 #: A stale lock is renamed to this prefix plus random hex before it is removed (W-3).
 STALE_LOCK_PREFIX: Final = ".owner.lock.stale-"
 #: F-12: every root entry whose name starts with this prefix is a temporary (F-8: never listed),
@@ -138,6 +162,105 @@ def is_stale_lock_name(name: str) -> bool:
 def new_owner_id() -> str:
     """A random owner id (W-2): 32 hex characters."""
     return secrets.token_hex(OWNER_ID_BYTES)
+
+
+def encode_identity(identity: LockOwnerIdentity) -> bytes:
+    """E-2: the `identity` file's bytes (canonical JSON)."""
+    document = {
+        "boot_id": identity.boot_id,
+        "pid": identity.pid,
+        "pid_namespace": identity.pid_namespace,
+        "start_time": identity.start_time,
+    }
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode("ascii")
+
+
+def decode_identity(data: bytes) -> LockOwnerIdentity | None:
+    """The identity in an `identity` file, or None when it is not exactly what
+    `encode_identity` writes (then nothing is proven and the stale window applies, E-2)."""
+    try:
+        document = json.loads(data.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(document, dict) or set(document) != {
+        "boot_id",
+        "pid",
+        "pid_namespace",
+        "start_time",
+    }:
+        return None
+    boot_id, pid = document["boot_id"], document["pid"]
+    namespace, start_time = document["pid_namespace"], document["start_time"]
+    if not (isinstance(boot_id, str) and boot_id and isinstance(namespace, str) and namespace):
+        return None
+    if type(pid) is not int or type(start_time) is not int or pid <= 0 or start_time < 0:
+        return None
+    return LockOwnerIdentity(boot_id, pid, start_time, namespace)
+
+
+class HostProbe(Protocol):
+    """What ownership observes about processes on this host (E-2); the kernel decides."""
+
+    def own_identity(self) -> LockOwnerIdentity | None: ...
+
+    def observe(self, pid: int) -> HostObservation: ...
+
+
+def _read_small(path: str) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4096).decode("ascii", "replace")
+    except OSError:
+        return None
+
+
+class ProcHost:
+    """Linux `/proc`: boot id `/proc/sys/kernel/random/boot_id`, PID namespace
+    `/proc/self/ns/pid`, a process's state and start time `/proc/<pid>/stat` fields 3 and 22.
+    Anything unreadable is reported as unknown, never as dead."""
+
+    def _boot_id(self) -> str | None:
+        text = _read_small("/proc/sys/kernel/random/boot_id")
+        if text is None or not text.strip():
+            return None
+        return text.strip()
+
+    def _pid_namespace(self) -> str | None:
+        try:
+            return os.readlink("/proc/self/ns/pid")
+        except OSError:
+            return None
+
+    def _stat(self, pid: int) -> tuple[ProcessPresence, int | None]:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                text = handle.read(4096).decode("ascii", "replace")
+        except FileNotFoundError:
+            return ProcessPresence.ABSENT, None
+        except OSError:
+            return ProcessPresence.UNKNOWN, None
+        # Field 2 (comm) is parenthesised and may hold anything: split after its last ')'.
+        fields = text[text.rfind(")") + 1 :].split()
+        if len(fields) < 20 or not fields[19].isdigit():
+            return ProcessPresence.UNKNOWN, None
+        state, start_time = fields[0], int(fields[19])  # fields 3 and 22
+        if state in ("Z", "X"):  # exited: it never runs (or refreshes a lock) again
+            return ProcessPresence.ZOMBIE, start_time
+        return ProcessPresence.PRESENT, start_time
+
+    def own_identity(self) -> LockOwnerIdentity | None:
+        boot_id, namespace = self._boot_id(), self._pid_namespace()
+        pid = os.getpid()
+        presence, start_time = self._stat(pid)
+        if boot_id is None or namespace is None or start_time is None:
+            return None
+        if presence is not ProcessPresence.PRESENT:  # pragma: no cover - we are running
+            return None
+        return LockOwnerIdentity(boot_id, pid, start_time, namespace)
+
+    def observe(self, pid: int) -> HostObservation:
+        presence, start_time = self._stat(pid)
+        return HostObservation(self._boot_id(), self._pid_namespace(), presence, start_time)
 
 
 class JournalOwnershipError(Exception):
@@ -242,6 +365,59 @@ def _locked(reason: str) -> JournalOwnershipError:
     return JournalOwnershipError(Code.JOURNAL_LOCKED, reason)
 
 
+def _write_private_file(dir_fd: int, name: str, data: bytes) -> None:
+    """Create `name` in the directory `dir_fd` with `0600` (F-1, whatever the umask) and `data`."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(name, flags, FILE_MODE, dir_fd=dir_fd)
+    try:
+        os.fchmod(fd, FILE_MODE)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def _read_lock_file(lock_fd: int, name: str, limit: int) -> bytes | None:
+    try:
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=lock_fd
+        )
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_lock_contents(lock: Path) -> tuple[bytes | None, LockOwnerIdentity | None]:
+    """A contender's look into a lock: its owner id and recorded identity (None: unreadable)."""
+    try:
+        lock_fd = os.open(lock, _DIR_OPEN_FLAGS)
+    except OSError:
+        return None, None
+    try:
+        owner_id = _read_lock_file(lock_fd, OWNER_FILE_NAME, _OWNER_ID_MAX_CHARS)
+        raw = _read_lock_file(lock_fd, IDENTITY_FILE_NAME, _IDENTITY_MAX_BYTES)
+    finally:
+        os.close(lock_fd)
+    identity = decode_identity(raw) if raw is not None and len(raw) <= _IDENTITY_MAX_BYTES else None
+    return owner_id, identity
+
+
+def _rename_back(moved: Path, lock: Path) -> None:
+    """D-10: put a moved lock back, never over an entry that took its name meanwhile (a plain
+    `rename` would silently replace an empty directory another contender just made)."""
+    if os.path.lexists(lock):
+        raise FileExistsError(errno.EEXIST, "the lock name is taken")
+    os.rename(moved, lock)
+
+
 def _remove_lock_tree(path: Path) -> None:
     """Best effort: unlink the non-directory entries of a lock directory, then the directory.
 
@@ -268,6 +444,7 @@ class JournalOwnership:
         clock: OwnershipClock | None = None,
         owner_id_factory: Callable[[], str] = new_owner_id,
         timer_factory: TimerFactory = DaemonRefreshTimer,
+        host: HostProbe | None = None,
     ) -> None:
         root = Path(root)
         if not root.is_absolute():
@@ -281,6 +458,7 @@ class JournalOwnership:
         self._clock: OwnershipClock = clock if clock is not None else SystemClock()
         self._owner_id_factory = owner_id_factory
         self._timer_factory = timer_factory
+        self._host: HostProbe = host if host is not None else ProcHost()
         self._mutex = threading.Lock()
         self._state = OwnershipState.UNOWNED
         self._tenure: _Tenure | None = None
@@ -386,6 +564,8 @@ class JournalOwnership:
                 return
             self._verify_locked()
             try:
+                with contextlib.suppress(FileNotFoundError):  # E-2: absent where unknown
+                    os.unlink(self._lock_path / IDENTITY_FILE_NAME)
                 os.unlink(self._lock_path / OWNER_FILE_NAME)
                 os.rmdir(self._lock_path)
             except OSError:
@@ -550,7 +730,8 @@ class JournalOwnership:
             raise _permissions("the lock directory mode is not 0700")
 
     def _reclaim_if_stale(self) -> None:
-        """W-3: raise `JOURNAL_LOCKED` for a live lock; move a stale one away and remove it."""
+        """W-3, E-2, D-10: raise `JOURNAL_LOCKED` unless the kernel judges the lock stale; move a
+        stale one away and remove it only if it is the lock judged, else put it back."""
         lock = self._lock_path
         try:
             st = os.lstat(lock)
@@ -559,7 +740,20 @@ class JournalOwnership:
         except OSError as exc:
             raise _permissions("the lock cannot be inspected", exc) from None
         self._check_lock_shape(st)
-        if self._clock.time_ns() - st.st_mtime_ns <= self._window_ns:
+        owner_id, recorded = _read_lock_contents(lock)
+        judged = LockSnapshot(owner_id, st.st_mtime_ns, st.st_dev, st.st_ino)
+        observed = (
+            self._host.observe(recorded.pid)
+            if recorded is not None
+            else HostObservation(None, None, ProcessPresence.UNKNOWN)
+        )
+        judgment = judge_contended_lock(
+            recorded,
+            observed,
+            age_ns=self._clock.time_ns() - st.st_mtime_ns,
+            window_ns=self._window_ns,
+        )
+        if judgment.action is not LockAction.RECLAIM:
             raise _locked("the lock is held by a live owner")
         moved = self._root / f"{STALE_LOCK_PREFIX}{secrets.token_hex(8)}"
         try:
@@ -570,16 +764,19 @@ class JournalOwnership:
             raise _permissions("the stale lock cannot be moved away", exc) from None
         try:
             after = os.lstat(moved)
-        finally:
+            moved_owner_id, _ = _read_lock_contents(moved)
+            seen = LockSnapshot(moved_owner_id, after.st_mtime_ns, after.st_dev, after.st_ino)
+        except OSError:
+            seen = None  # unreadable: it cannot be shown to be the lock judged
+        if seen is not None and moved_lock_action(judged, seen) is MovedLockAction.DELETE:
             _remove_lock_tree(moved)
-        if (after.st_dev, after.st_ino, after.st_mtime_ns) != (
-            st.st_dev,
-            st.st_ino,
-            st.st_mtime_ns,
-        ):
-            # Between the look and the rename another contender replaced the stale lock with its
-            # own; that owner is now compromised (its lock is gone) and this contender lost.
-            raise _locked("the lock changed while it was being reclaimed")
+            return
+        # D-10: between the look and the rename another contender replaced the stale lock with
+        # its own. Put it back (its owner stays owned: same inode, owner id and mtime); if the
+        # name was taken meanwhile, the moved lock stays for the next owner's F-12 pass.
+        with contextlib.suppress(OSError):
+            _rename_back(moved, lock)
+        raise _locked("the lock changed while it was being reclaimed")
 
     def _initialise_lock(self, owner_id: bytes) -> _Tenure:
         """Write the owner file into the lock directory just created, then stamp its mtime."""
@@ -597,6 +794,9 @@ class JournalOwnership:
                     owner_ino = os.fstat(owner_fd).st_ino
                 finally:
                     os.close(owner_fd)
+                identity = self._host.own_identity()
+                if identity is not None:  # E-2: without it the stale window applies
+                    _write_private_file(lock_fd, IDENTITY_FILE_NAME, encode_identity(identity))
                 mtime_ns = self._clock.time_ns()
                 os.utime(lock_fd, ns=(mtime_ns, mtime_ns))
                 st = os.fstat(lock_fd)
@@ -628,5 +828,7 @@ class JournalOwnership:
 
     def _remove_own_lock(self) -> None:
         with contextlib.suppress(OSError):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._lock_path / IDENTITY_FILE_NAME)
             os.unlink(self._lock_path / OWNER_FILE_NAME)
             os.rmdir(self._lock_path)

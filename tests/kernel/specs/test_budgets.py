@@ -35,6 +35,7 @@ from kernel.specs.budgets import (
     check_stop_timeout_ms,
 )
 from kernel.specs.codes import Code
+from kernel.specs.limits import LEASE_DURATION_DEFAULT_MS
 from kernel.specs.states import Profile
 
 S = 1_000  # one second in ms
@@ -61,6 +62,8 @@ EXPECTED_ROWS: dict[str, tuple[object, object, object, object]] = {
     "Dedicated lost-retry lifecycle | cadence x page": ((30 * S, 8), (5 * S, 32), None, None),
     "Cluster runtime recovery | page per cycle": (None, None, 16, None),
     "Cluster lost retry | page per cycle": (None, None, 16, None),
+    # [decision D-6] Not a §6.3 row: §1.9's cluster cancellation-convergence page (default 16).
+    "Cluster cancellation convergence | page per cycle": (None, None, 16, None),
     "Local startup recovery | page; total per startup": ((16, 1024), (16, 1024), None, None),
     "Dispatch lease expiry scanner | page per call": (16, 16, 16, None),
     "Local claimed dispatcher | activations per call; scan": (
@@ -95,7 +98,7 @@ EXPECTED_ROWS: dict[str, tuple[object, object, object, object]] = {
     "Terminal retention | page; deletes per call": ((16, 8), (16, 8), None, (16, 8)),
     "Terminal retention | retention": ("set explicitly", "set explicitly", None, "set explicitly"),
     "Running/failure ACK | version-mismatch attempts": (3, 3, None, 3),
-    "Run dispatch lease | duration": (30 * S, 30 * S, 30 * S, None),
+    "Run dispatch lease | duration": (60 * S, 60 * S, 60 * S, None),  # Appendix E-2
     "Retry policy | max_attempts; backoff": (None, None, None, None),
     "Identities | length": (36, 36, 36, 36),
 }  # fmt: skip
@@ -109,6 +112,7 @@ EXPECTED_HARD: dict[str, object] = {
     "lost_retry_page_size_max": 64,
     "cluster_runtime_recovery_page_size_max": 64,
     "cluster_lost_retry_page_size_max": 64,
+    "cluster_cancellation_convergence_page_size_max": 64,
     "startup_recovery_page_size_max": 64,
     "startup_recovery_total_max": 1024,
     "lease_expiry_scanner_page_size_max": 64,
@@ -165,6 +169,9 @@ def _rows(b: ProfileBudget) -> dict[str, object]:
         "Dedicated lost-retry lifecycle | cadence x page": _cell(b.superseded_lost_retry_lifecycle),
         "Cluster runtime recovery | page per cycle": b.cluster_runtime_recovery_page_size,
         "Cluster lost retry | page per cycle": b.cluster_lost_retry_page_size,
+        "Cluster cancellation convergence | page per cycle": (
+            b.cluster_cancellation_convergence_page_size
+        ),
         "Local startup recovery | page; total per startup": _cell(b.startup_recovery),
         "Dispatch lease expiry scanner | page per call": b.lease_expiry_scanner_page_size,
         "Local claimed dispatcher | activations per call; scan": _cell(b.claimed_dispatcher),
@@ -224,6 +231,7 @@ _READ_FIELDS = {
     "superseded_lost_retry_lifecycle",
     "cluster_runtime_recovery_page_size",
     "cluster_lost_retry_page_size",
+    "cluster_cancellation_convergence_page_size",
     "startup_recovery",
     "lease_expiry_scanner_page_size",
     "claimed_dispatcher",
@@ -343,6 +351,10 @@ def test_every_value_satisfies_its_hard_limit(profile: Profile) -> None:
         (b.lost_retry_page_size, hard.lost_retry_page_size_max),
         (b.cluster_runtime_recovery_page_size, hard.cluster_runtime_recovery_page_size_max),
         (b.cluster_lost_retry_page_size, hard.cluster_lost_retry_page_size_max),
+        (
+            b.cluster_cancellation_convergence_page_size,
+            hard.cluster_cancellation_convergence_page_size_max,
+        ),
         (b.lease_expiry_scanner_page_size, hard.lease_expiry_scanner_page_size_max),
         (b.journal_list_page_max, hard.journal_list_page_max),
     )
@@ -599,3 +611,18 @@ def test_accepted_paging_never_exceeds_the_hard_product(
     except BudgetError:
         return
     assert 1 <= paging.max_items <= 64 * hard_pages
+
+
+@pytest.mark.spec("E-2")
+def test_lease_default_is_at_least_twice_every_default_stale_window() -> None:
+    """E-2: a Worker restarted at once must get its journal back well within its Run lease."""
+    windows = [
+        b.journal_ownership.stale_window_ms
+        for b in BUDGETS.values()
+        if b.journal_ownership is not None
+    ]
+    leases = [b.lease_duration_ms for b in BUDGETS.values() if b.lease_duration_ms is not None]
+    assert windows
+    assert leases
+    assert LEASE_DURATION_DEFAULT_MS == 60_000
+    assert all(lease >= 2 * max(windows) for lease in leases)

@@ -58,7 +58,7 @@ def test_counts_per_family() -> None:
         "CAD": 18,
         "INBOX": 44,
         "WF": 1,
-        "E": 2,  # Appendix E-1 (names a CONF trace) and E-7 (the qlk exit-code rule)
+        "E": 3,  # Appendix E-1 (a CONF trace), E-2 (the journal lock), E-7 (qlk exit codes)
         "S": 1,
     }
 
@@ -70,7 +70,7 @@ def test_issue_assignment_rules() -> None:
         family = pid.rsplit("-", 1)[0]
         if pid in cluster:
             expected = 5
-        elif family == "INBOX" or pid == "CAD-15":  # receipts are built by the inbox
+        elif family == "INBOX" or pid in {"CAD-15", "E-2"}:  # the inbox's (E-2: its lock)
             expected = 6
         elif family == "WF":
             expected = 8
@@ -96,7 +96,7 @@ def test_required_ids() -> None:
     assert "CAD-18" in current
     assert "E-1" in current
     assert {f"INBOX-{n:02d}" for n in range(1, 45)} <= current
-    assert {"CAD-15", "INBOX-43", "INBOX-44"} <= current
+    assert {"CAD-15", "INBOX-43", "INBOX-44", "E-2"} <= current
     assert {"RETRY-21", "CAD-01", "CAD-13", "CAD-14", "E-7"} <= current
     assert "WF-19" not in current
     assert required_ids(1) == frozenset()

@@ -13,7 +13,14 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 from kernel import NotRunningEvidence
-from kernel.specs.cycles import CLUSTER_CYCLE, CLUSTER_GATING, ClusterPhase
+from kernel.specs.cycles import (
+    CLUSTER_CYCLE,
+    CLUSTER_GATING,
+    CLUSTER_PHASE_STEPS,
+    ClusterPhase,
+    ClusterStep,
+    cluster_cycle_steps,
+)
 from runners.cluster.clock import InjectedClock
 from runners.cluster.cycle import ClusterCycle, cluster_cycle
 from runners.cluster.runtime import ClusterRuntime
@@ -25,10 +32,13 @@ class Boom(Exception):
     code = "BOOM"
 
 
-def _recording(fail: ClusterPhase | None = None) -> tuple[dict[ClusterPhase, Any], list[str]]:
+STEPS = tuple(step for _, step in cluster_cycle_steps())
+
+
+def _recording(fail: ClusterStep | None = None) -> tuple[dict[ClusterStep, Any], list[str]]:
     calls: list[str] = []
 
-    def phase(p: ClusterPhase) -> Any:
+    def phase(p: ClusterStep) -> Any:
         def run() -> str:
             calls.append(p.value)
             if p is fail:
@@ -37,20 +47,21 @@ def _recording(fail: ClusterPhase | None = None) -> tuple[dict[ClusterPhase, Any
 
         return run
 
-    return {p: phase(p) for p in CLUSTER_CYCLE}, calls
+    return {p: phase(p) for p in STEPS}, calls
 
 
 @pytest.mark.spec("CAD-06")
 def test_every_cycle_calls_the_five_phases_in_order() -> None:
     """CAD-06: recovery, lost retry, schedule, frontier, Task admission, in this order, every
-    cycle."""
+    cycle; D-6: phase 3 converges cancellations before its trigger schedule (no sixth phase)."""
     phases, calls = _recording()
     cycle = ClusterCycle(phases)
     for _ in range(3):
         result = cycle.run_once()
         assert result.phases == CLUSTER_CYCLE
+        assert result.steps == STEPS
         assert result.failed is None
-    assert calls == [p.value for p in CLUSTER_CYCLE] * 3
+    assert calls == [p.value for p in STEPS] * 3
     assert [p.value for p in CLUSTER_CYCLE] == [
         "runtime_recovery",
         "lost_retry",
@@ -58,28 +69,39 @@ def test_every_cycle_calls_the_five_phases_in_order() -> None:
         "workflow_frontier",
         "task_admission",
     ]
+    assert [s.value for s in STEPS] == [
+        "runtime_recovery",
+        "lost_retry",
+        "cancellation_convergence",
+        "trigger_schedule",
+        "workflow_frontier",
+        "task_admission",
+    ]
 
 
 @pytest.mark.spec("CAD-06")
-@pytest.mark.parametrize("failing", list(CLUSTER_CYCLE))
+@pytest.mark.parametrize("failing", list(STEPS))
 def test_a_failing_phase_ends_the_cycle_and_a_gating_failure_schedules_nothing(
-    failing: ClusterPhase,
+    failing: ClusterStep,
 ) -> None:
-    """CAD-06: a failure in recovery or lost retry means schedule, frontier and admission are
-    not called in that cycle; any failure ends the cycle at that phase with its code."""
+    """CAD-06: a failure in recovery or lost retry means convergence, schedule, frontier and
+    admission are not called in that cycle; any failure ends the cycle at that step with its
+    code, and names the phase the step belongs to."""
     phases, calls = _recording(fail=failing)
     result = ClusterCycle(phases).run_once()
-    upto = CLUSTER_CYCLE.index(failing)
-    assert calls == [p.value for p in CLUSTER_CYCLE[: upto + 1]]
-    assert result.failed is failing
+    upto = STEPS.index(failing)
+    assert calls == [p.value for p in STEPS[: upto + 1]]
+    assert result.failed_step is failing
+    assert result.failed is not None
+    assert failing in CLUSTER_PHASE_STEPS[result.failed]
     assert result.code == "BOOM"
-    if failing in CLUSTER_GATING:
+    if result.failed in CLUSTER_GATING:
         assert not result.scheduled
 
 
 def test_the_phase_table_must_be_complete() -> None:
     phases, _ = _recording()
-    del phases[ClusterPhase.TASK_ADMISSION]
+    del phases[ClusterStep.TASK_ADMISSION]
     with pytest.raises(ValueError, match="missing"):
         ClusterCycle(phases)
 
@@ -133,9 +155,9 @@ def test_a_recovery_error_on_postgresql_means_nothing_is_scheduled(store: Cluste
     result = cycle.run_once()
     assert result.failed is None
     assert scheduled == ["trigger_schedule", "workflow_frontier", "task_admission"]
-    recovery = dict(result.completed)[ClusterPhase.RUNTIME_RECOVERY]
+    recovery = result.result(ClusterStep.RUNTIME_RECOVERY)
     assert recovery.outcomes == ((attempt, "applied", "lost"),)  # type: ignore[attr-defined]
-    retry = dict(result.completed)[ClusterPhase.LOST_RETRY]
+    retry = result.result(ClusterStep.LOST_RETRY)
     assert retry.scheduled == 1  # type: ignore[attr-defined]  # lost -> retry_wait
 
 
@@ -204,7 +226,7 @@ def test_the_coordinator_holds_no_timer_pool_connection_cursor_or_per_run_state(
     held = [getattr(cycle, name) for name in ClusterCycle.__slots__]
     assert not any(isinstance(value, forbidden) for value in held)
     assert cycle._flight is None  # no cycle state kept between cycles
-    assert set(cycle._phases) == set(CLUSTER_CYCLE)
+    assert set(cycle._phases) == set(STEPS)
 
 
 def test_overlapping_run_once_calls_share_one_cycle() -> None:
@@ -220,10 +242,8 @@ def test_overlapping_run_once_calls_share_one_cycle() -> None:
         release.wait(10)
         return "recovered"
 
-    phases: dict[ClusterPhase, Any] = {
-        p: (lambda p=p: calls.append(p.value)) for p in CLUSTER_CYCLE
-    }
-    phases[ClusterPhase.RUNTIME_RECOVERY] = recovery
+    phases: dict[ClusterStep, Any] = {p: (lambda p=p: calls.append(p.value)) for p in STEPS}
+    phases[ClusterStep.RUNTIME_RECOVERY] = recovery
     cycle = ClusterCycle(phases)
     results: list[object] = []
     first = threading.Thread(target=lambda: results.append(cycle.run_once()))
@@ -239,4 +259,4 @@ def test_overlapping_run_once_calls_share_one_cycle() -> None:
     assert len(results) == 2
     assert results[0] is results[1]
     assert calls.count("runtime_recovery") == 1
-    assert len(calls) == len(CLUSTER_CYCLE)
+    assert len(calls) == len(STEPS)

@@ -14,6 +14,7 @@ import pytest
 from kernel.specs.codes import Code
 from kernel.specs.inbox_lifecycle import InboxState
 from kernel.specs.journal import DeliveryKind, JournalState, RecoveryReason
+from kernel.specs.limits import LEASE_DURATION_DEFAULT_MS
 from runners.worker.journal.file import FileJournal
 from runners.worker.journal.sqlite import SqliteJournal
 from runners.worker.posix.adapters import PosixExecutorPort, SpawnJournal
@@ -148,7 +149,9 @@ def test_a_live_completion_needs_no_redelivery(world: World) -> None:
     offer = world.control.admit_and_grant(run_id(), [sys.executable, "-c", "pass"])
     assert runtime.deliver(offer).state is JournalState.RUNNING_ACKNOWLEDGED
     attempt_id = offer.lease.attempt_id
-    world.clock.advance(11_000)
+    # WR-6: a renewal is due once a third of the runtime's lease duration (the kernel's default,
+    # E-2: 60 s) has passed; the granted lease is still live then.
+    world.clock.advance(LEASE_DURATION_DEFAULT_MS // 3 + 1_000)
     assert runtime.tick().renewed == 1
     assert wait_until(lambda: world.receipts.read(attempt_id) is not None)
     poll = runtime.poll_completions()

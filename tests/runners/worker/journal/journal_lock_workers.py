@@ -6,6 +6,7 @@ They live in an importable module (not the test module) so that a spawned interp
 from __future__ import annotations
 
 import os
+import time
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
@@ -53,3 +54,11 @@ def crash_while_owning(root: str) -> None:
     """Acquire, then die without release and without any cleanup (like SIGKILL)."""
     JournalOwnership(Path(root)).acquire()
     os._exit(0)
+
+
+def hold_until_killed(root: str, ready: Queue[int]) -> None:
+    """Acquire with the default stale window, report this PID, then wait to be SIGKILLed."""
+    JournalOwnership(Path(root)).acquire()
+    ready.put(os.getpid())
+    while True:
+        time.sleep(3600)
