@@ -24,6 +24,7 @@ Slow tiers (marker `slow`, registered in pyproject.toml): each module marks its 
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 
@@ -69,12 +70,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pin_local_constants() -> None:
+    """Make Hypothesis's pool of "local constants" empty for the rest of the process (TS-3).
+
+    Besides its random draws, Hypothesis now and then (p = 0.05 per draw) returns a literal
+    constant found in the source of the project's modules loaded so far, a pool it grows as
+    `sys.modules` grows. The derandomized `ci` profile's draws then depend on which modules
+    were imported before a test ran: collecting one more test module changed the lifecycle
+    machine's walk (the same planted bug was caught by the lifecycle model after 11,207 steps
+    alone and only by the exhaustive explorer, after 109,177, in the full suite). The pool is
+    private API; a Hypothesis without it has nothing to pin."""
+    from hypothesis.internal.conjecture import providers  # noqa: PLC0415
+
+    pool = getattr(providers, "_local_constants", None)
+    if pool is None or not hasattr(providers, "_get_local_constants"):
+        return
+    empty = copy.deepcopy(pool)
+    for values in (empty.integers, empty.floats, empty.bytes, empty.strings):
+        values.clear()
+    providers._get_local_constants = lambda: empty
+
+
 def pytest_configure(config: pytest.Config) -> None:
     name = os.environ.get(_PROFILE_ENV, "ci")
     try:
         settings.load_profile(name)
     except InvalidArgument as exc:
         raise pytest.UsageError(f"{_PROFILE_ENV}={name!r} is not a Hypothesis profile") from exc
+    if settings.get_profile(name).derandomize:
+        pin_local_constants()
     config.pluginmanager.register(_SpecTrace(config), "ql3-spec-trace")
 
 
