@@ -24,27 +24,14 @@ TRACES = (
 )
 
 
-def test_pytest_ql3_runner_edge_gives_one_test_per_trace(tmp_path: Path) -> None:
-    traces = tmp_path / "traces"
-    traces.mkdir()
-    for name in TRACES:
-        shutil.copy(RUN_CORPUS / name, traces / name)
+def run_plugin(tmp_path: Path, traces: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """`pytest --ql3-runner=edge --ql3-traces TRACES OPTIONS` in a fresh process, as an adapter
+    author runs it from `tmp_path`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "--rootdir",
-            str(tmp_path),
-            "--ql3-runner=edge",
-            "--ql3-traces",
-            str(traces),
-            "-rs",
-            "-v",
-        ],
+    pytest_command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
+    plugin = ["--rootdir", str(tmp_path), "--ql3-runner=edge", "--ql3-traces", str(traces)]
+    return subprocess.run(
+        [*pytest_command, *plugin, *options],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -52,6 +39,14 @@ def test_pytest_ql3_runner_edge_gives_one_test_per_trace(tmp_path: Path) -> None
         timeout=300,
         env=env | {"PYTHONPATH": str(ROOT)},
     )
+
+
+def test_pytest_ql3_runner_edge_gives_one_test_per_trace(tmp_path: Path) -> None:
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for name in TRACES:
+        shutil.copy(RUN_CORPUS / name, traces / name)
+    run = run_plugin(tmp_path, traces, "-rs", "-v")
     out = run.stdout
     assert run.returncode == 0, out + run.stderr
     assert "4 passed, 1 skipped" in out
@@ -76,30 +71,7 @@ def test_a_failing_trace_is_one_readable_block_with_a_sensible_junit_classname(
     (traces / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     (traces / "zz-bad.jsonl").write_text('{"bad": 1}\n', encoding="utf-8")
     junit = tmp_path / "report.xml"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "--rootdir",
-            str(tmp_path),
-            "--ql3-runner=edge",
-            "--ql3-traces",
-            str(traces),
-            f"--junitxml={junit}",
-            "-k",
-            "not guard",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-        env=env | {"PYTHONPATH": str(ROOT)},
-    )
+    run = run_plugin(tmp_path, traces, f"--junitxml={junit}", "-k", "not guard")
     out = run.stdout
     assert run.returncode == 1, out + run.stderr
     assert "2 failed" in out
