@@ -71,13 +71,41 @@ def execute(storage: Storage, command: Command, observed_at_ms: int) -> Outcome:
     return execute_observed(storage, command, lambda _tx: observed_at_ms)
 
 
-def execute_observed(storage: Storage, command: Command, observe: Observe) -> Outcome:
+#: Completes a command in its transaction, after the load and before the kernel is called:
+#: the cluster runner reads the Worker session a fenced command takes from its registry there
+#: (database time, under the same snapshot as the aggregate). It may change only inputs that
+#: do not address the aggregate (never the Run or Attempt id).
+Resolve = Callable[[StorageTransaction, Command], Command]
+#: Writes what must commit with an applied outcome, in the same transaction (the cluster
+#: dispatcher's sealed offer beside its grant). Raising rolls the whole transaction back.
+After = Callable[[StorageTransaction, Outcome], None]
+
+
+def execute_observed(
+    storage: Storage,
+    command: Command,
+    observe: Observe,
+    *,
+    resolve: Resolve | None = None,
+    after: After | None = None,
+) -> Outcome:
     """`execute` with the observation time read by `observe` in the transaction, after the
-    load (a database clock); the same steps otherwise."""
+    load (a database clock); the same steps otherwise. `resolve` and `after`: see their
+    types; neither decides anything, the kernel's outcome is returned as it is."""
     try:
         with storage.transaction() as tx:
             aggregate = load_for(tx, command)
-            return _apply(tx, aggregate, command, observe(tx))
+            if resolve is not None:
+                resolved = resolve(tx, command)
+                if resolved.run_id != command.run_id or getattr(
+                    resolved, "attempt_id", None
+                ) != getattr(command, "attempt_id", None):
+                    raise ValueError("resolve must not change the addressed Run or Attempt")
+                command = resolved
+            outcome = _apply(tx, aggregate, command, observe(tx))
+            if after is not None and isinstance(outcome, Applied):
+                after(tx, outcome)
+            return outcome
     except _Rollback as rollback:
         return rollback.outcome
 
