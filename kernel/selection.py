@@ -243,3 +243,8 @@ def local_dispatch_candidates(
         return None
 
     return _page(aggregates, select, limit, after)
+
+
+#: The same oracle under its profile-neutral name (one definition, ADR-0380 §1): on cluster it is
+#: exactly the T1 candidate source, a granted Attempt's Run is `dispatching` and leaves it (D-13).
+dispatch_candidates = local_dispatch_candidates

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DB_DEFAULT",
     "DB_VARIABLE",
+    "DSN_VARIABLE",
+    "SCHEMA_DEFAULT",
     "CheckFailed",
     "Commands",
     "Context",
@@ -36,6 +38,7 @@ __all__ = [
     "UsageError",
     "add_command",
     "add_db_argument",
+    "add_store_arguments",
     "global_options",
     "is_terminal",
     "make_console",
@@ -219,6 +222,38 @@ def add_db_argument(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         default=None,
         help=f"the database file (default: ${DB_VARIABLE}, else ./{DB_DEFAULT})",
+    )
+
+
+#: The environment variable naming the cluster profile's database (`qlk serve --profile cluster`
+#: without `--dsn`).
+DSN_VARIABLE = "QL3_DSN"
+#: The PostgreSQL schema of the cluster profile when `--schema` is not given (the same name as
+#: `runners.cluster.app.DEFAULT_SCHEMA`; a test keeps them equal).
+SCHEMA_DEFAULT = "ql3"
+
+
+def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--db FILE` (the local application's file) or `--dsn DSN [--schema NAME]` (the cluster
+    profile's PostgreSQL schema), never both (exit 2). `args.dsn` None means the local file."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--db",
+        metavar="FILE",
+        default=None,
+        help=f"the database file (default: ${DB_VARIABLE}, else ./{DB_DEFAULT})",
+    )
+    where.add_argument(
+        "--dsn",
+        metavar="DSN",
+        default=None,
+        help="the cluster profile's PostgreSQL database (a libpq connection string or URI)",
+    )
+    parser.add_argument(
+        "--schema",
+        metavar="NAME",
+        default=None,
+        help=f"with --dsn: the schema (default {SCHEMA_DEFAULT})",
     )
 
 

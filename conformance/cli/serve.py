@@ -1,6 +1,8 @@
-"""`qlk serve`: the local application in the foreground (issue 15 items 2 and 4; SPEC O-1..O-4).
+"""`qlk serve`: the local application in the foreground (issue 15 items 2 and 4; SPEC O-1..O-4),
+or one cluster scheduler replica (issue 17 item 1; O-5).
 
     qlk serve [--profile edge|standalone] [--until-idle] [--log-retention DUR] [--db FILE]
+    qlk serve --profile cluster --dsn DSN [--schema NAME]
 
 It starts the application (startup recovery, the first execution-control cycle, then both
 lifecycles), prints one line per Run it starts and per completion it applies, and stops the
@@ -9,6 +11,13 @@ O-4 way on SIGTERM or Ctrl-C (scheduler drain, execution-control drain, storage 
 lost, waiting for retry or due, and no process watched. At the end it prints the Runs by status.
 `--log-retention DUR` is how long a finished Attempt's log is kept (default 7d, 1m..365d;
 decision LR-13).
+
+`--profile cluster --dsn DSN` (or `$QL3_DSN`; `--dsn` alone implies the cluster profile) runs
+`runners.cluster.app.ClusterApplication` on the schema `--schema` (default `ql3`): the schema is
+created if missing and migrated once under the migrator's advisory lock, the scheduler lifecycle
+runs the O-5 cycle every second at database time and prints one line per cycle that did
+something; SIGTERM (exit 0) or Ctrl-C (exit 130) stops it. Any number of replicas may serve one
+database. A database that does not answer is exit 3 with one line (`conformance.cli.cluster`).
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ from conformance.cli.common import (
     InfrastructureError,
     UsageError,
     add_command,
-    add_db_argument,
+    add_store_arguments,
     one_line,
     resolve_db,
 )
@@ -46,23 +55,26 @@ from runners.local.startup import StartupRecoveryExhausted
 
 #: How often the foreground loop asks whether the application is idle (`--until-idle`).
 IDLE_POLL_S = 0.2
-#: The profiles a local application runs (cluster is issue 17's).
+#: The profiles a local application runs.
 LOCAL_PROFILES = (Profile.STANDALONE.value, Profile.EDGE.value)
+#: The profiles `qlk serve` runs: the local ones, and a cluster scheduler replica (issue 17).
+SERVE_PROFILES = (*LOCAL_PROFILES, Profile.CLUSTER.value)
 
 
 def register(commands: Commands) -> None:
     serve = add_command(
         commands,
         "serve",
-        help="run the local application in the foreground (Ctrl-C or SIGTERM stops it)",
+        help="run the local application, or a cluster scheduler replica, in the foreground "
+        "(Ctrl-C or SIGTERM stops it)",
         handler=run,
     )
     serve.add_argument(
         "--profile",
-        choices=LOCAL_PROFILES,
-        default=Profile.STANDALONE.value,
-        help="standalone (default: 1 s cycles, 4 starts per cycle) or edge (5 s cycles, 1 start "
-        "per cycle; the small-device budget)",
+        choices=SERVE_PROFILES,
+        default=None,
+        help="standalone (default: 1 s cycles, 4 starts per cycle), edge (5 s cycles, 1 start "
+        "per cycle; the small-device budget), or cluster (a scheduler replica on --dsn)",
     )
     serve.add_argument(
         "--until-idle",
@@ -75,7 +87,7 @@ def register(commands: Commands) -> None:
         default=None,
         help="delete a finished Attempt's log this long after it ended (default 7d, 1m..365d)",
     )
-    add_db_argument(serve)
+    add_store_arguments(serve)
 
 
 def _log_retention(text: str | None) -> int:
@@ -149,6 +161,15 @@ def _stop_signals(stop: threading.Event, interrupted: list[int]) -> Iterator[Non
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
+    profile: str | None = args.profile
+    if profile == Profile.CLUSTER.value or (profile is None and args.dsn is not None):
+        # Imported here: a local serve never loads psycopg (docs/performance.md).
+        from conformance.cli.cluster import serve_cluster  # noqa: PLC0415
+
+        return serve_cluster(args, ctx)
+    args.profile = profile or Profile.STANDALONE.value
+    if args.dsn is not None or args.schema is not None:
+        raise UsageError(f"--dsn and --schema go with --profile cluster, not {args.profile}")
     db = resolve_db(args.db)
     retention = _log_retention(args.log_retention)
     printer = _Printer(ctx)

@@ -2,6 +2,7 @@
 
     qlk status                 # Runs by status; each source's backlog and oldest wait
     qlk status run-3f2a... --json
+    qlk status --dsn postgresql://... [--schema NAME] [--json]   # the cluster profile's Runs
 
 Without RUN: how many Runs have each status and, per source of work, how many items wait and
 for how long the oldest has (queued Runs waiting for dispatch, `retry_wait` Runs whose retry is
@@ -11,6 +12,10 @@ intent still to finish, task schedules whose fire is due). The counts are bounde
 `100000+`. With RUN: the Run, its Attempts (number, id, status, exit code, times), its Events
 (seq, type, actor, time) and where its latest Attempt's log is. No token or digest is read.
 `--json` prints one JSON document with the same keys every time.
+
+With `--dsn DSN [--schema NAME]` (issue 17): the cluster profile's Runs by status (every
+status, zeros included; `--json`: `{"schema", "runs", "total"}`); one Run's detail is not shown
+on cluster yet (exit 2 says so).
 
 Exit status (SPEC E-7): 0 shown; 2 an unknown RUN (one line naming it) or a bad flag; 3 the
 database failed.
@@ -27,12 +32,13 @@ from conformance.cli.common import (
     Commands,
     Context,
     ExitCode,
+    UsageError,
     add_command,
-    add_db_argument,
+    add_store_arguments,
 )
 from conformance.cli.durations import format_duration, format_time
 from conformance.cli.localdb import now_ms, open_store, refusal, table
-from kernel.specs import Code
+from kernel.specs import Code, RunStatus
 from runners.local.launcher import LocalLayout
 from runners.local.status import (
     AttemptView,
@@ -64,12 +70,14 @@ def register(commands: Commands) -> None:
         help="Runs by status and the backlogs, or one Run with its Attempts and Events",
         handler=run,
     )
-    add_db_argument(parser)
+    add_store_arguments(parser)
     parser.add_argument("run", metavar="RUN", nargs="?", default=None, help="a Run id")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
+    if args.dsn is not None or args.schema is not None:
+        return _cluster(args, ctx)
     if args.run is None:
         with open_store(args.db) as store:
             summary = overview(store, now_ms())
@@ -87,6 +95,32 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         _print_json(ctx, run_document(detail, layout))
     else:
         _print_run(ctx, detail, layout)
+    return ExitCode.OK
+
+
+def _cluster(args: argparse.Namespace, ctx: Context) -> int:
+    """`qlk status --dsn`: the cluster schema's Runs by status."""
+    # Imported here: a local command never loads psycopg (docs/performance.md).
+    from conformance.cli.cluster import cluster_target, counts, open_cluster  # noqa: PLC0415
+
+    target = cluster_target(args)
+    assert target is not None  # --schema alone was refused
+    if args.run is not None:
+        raise UsageError(f"RUN {args.run}: one Run's detail is shown for --db only (not --dsn)")
+    with open_cluster(target) as store:
+        by_status = counts(store)
+    every = {status.value: by_status.get(status, 0) for status in RunStatus}
+    total = sum(every.values())
+    if args.json:
+        _print_json(ctx, {"schema": target.schema, "runs": every, "total": total})
+        return ExitCode.OK
+    print(f"{total} runs in {target.where} schema {target.schema}", file=ctx.out)
+    runs = table(ctx.console)
+    runs.add_column("status")
+    runs.add_column("runs", justify="right")
+    for status, count in every.items():
+        runs.add_row(status, str(count))
+    ctx.console.print(runs)
     return ExitCode.OK
 
 

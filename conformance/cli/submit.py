@@ -2,13 +2,15 @@
 
     RUN=$(qlk submit --task hello)
     qlk submit --cwd /srv --env MODE=full --deadline 1h -- ./nightly.sh --verbose
+    qlk submit --dsn postgresql://... [--schema NAME] --task hello     # the cluster profile
 
 Exactly one of `--task NAME` (a manual Run of the task's current revision, TK-8) and `-- CMD
 ARGS...` (an ad-hoc command, run as its implicit task `adhoc:<16 hex>`, TK-5; `--cwd`, `--env`
 and `--deadline` belong to this form: a task has its own). The Run is admitted through the
 kernel (`runners.local.schedule.submit` / `submit_command`) with fresh portable ids
 (`run-<32 hex>`, `att-<32 hex>`, decision CLI-11) and waits `queued` until the running
-application (`qlk serve`) dispatches it.
+application (`qlk serve`) dispatches it. With `--dsn` the Run is admitted on the cluster schema
+at the database's time and waits for a cluster Worker.
 
 Stdout is the Run id alone, one line. Exit status (SPEC E-7): 0 admitted; 2 an unknown or
 removed task, a refused command or admission, a bad flag (one line naming it); 3 the database
@@ -27,14 +29,13 @@ from conformance.cli.common import (
     InfrastructureError,
     UsageError,
     add_command,
-    add_db_argument,
+    add_store_arguments,
 )
-from conformance.cli.localdb import absolute_cwd, now_ms, open_store, parse_env, refusal
-from conformance.cli.tasks import duration_flag
+from conformance.cli.localdb import absolute_cwd, parse_env, refusal
+from conformance.cli.tasks import duration_flag, open_task_store
 from kernel import Applied, Raced, Rejected, Replayed, is_portable_id
 from kernel.task import TaskRefused
-from runners.edge.tasks import EdgeTaskStore
-from runners.local.schedule import submit, submit_command
+from runners.task_schedule import submit, submit_command
 
 __all__ = ["ATTEMPT_ID_PREFIX", "RUN_ID_PREFIX", "fresh_ids", "register"]
 
@@ -62,10 +63,11 @@ def register(commands: Commands) -> None:
         handler=run,
     )
     parser.usage = (
-        "qlk submit --task NAME\n"
-        "       qlk submit [--cwd DIR] [--env NAME=VALUE] [--deadline DUR] -- CMD [ARGS...]"
+        "qlk submit [--db FILE | --dsn DSN [--schema NAME]] --task NAME\n"
+        "       qlk submit [--db FILE | --dsn DSN [--schema NAME]] [--cwd DIR] "
+        "[--env NAME=VALUE] [--deadline DUR] -- CMD [ARGS...]"
     )
-    add_db_argument(parser)
+    add_store_arguments(parser)
     parser.add_argument("--task", metavar="NAME", default=None, help="the task to run")
     parser.add_argument(
         "--cwd", metavar="DIR", default=None, help="with -- CMD: the working directory"
@@ -93,25 +95,18 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     run_id, attempt_id = fresh_ids()
     subject = f"--task {task}" if task is not None else "CMD"
     if task is not None:
-        with open_store(args.db) as store:
-            outcome = submit(
-                store,
-                EdgeTaskStore(store),
-                task,
-                now_ms=now_ms(),
-                run_id=run_id,
-                attempt_id=attempt_id,
-            )
+        with open_task_store(args) as (storage, tasks, now):
+            outcome = submit(storage, tasks, task, now_ms=now, run_id=run_id, attempt_id=attempt_id)
     else:
         cwd = absolute_cwd(args.cwd)
         env = parse_env(args.env)
         deadline = duration_flag("--deadline", args.deadline)
-        with open_store(args.db) as store:
+        with open_task_store(args) as (storage, tasks, now):
             outcome = submit_command(
-                store,
-                EdgeTaskStore(store),
+                storage,
+                tasks,
                 command,
-                now_ms=now_ms(),
+                now_ms=now,
                 run_id=run_id,
                 attempt_id=attempt_id,
                 cwd=cwd,

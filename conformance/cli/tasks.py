@@ -1,4 +1,6 @@
-"""`qlk task add|list|remove`: the tasks of the local application (issue 15 item 4).
+"""`qlk task add|list|remove`: the tasks of the local application (issue 15 item 4), or of the
+cluster profile with `--dsn DSN [--schema NAME]` (issue 17 item 1; the same commands and output
+on `runners.cluster.tasks.ClusterTaskStore`, at the database's time).
 
     qlk task add hello -- echo hello
     qlk task add backup --cron '*/5 * * * *' --deadline 10m -- /usr/bin/backup --all
@@ -25,7 +27,8 @@ import argparse
 import json
 import shlex
 from collections.abc import Iterator, Sequence
-from typing import Any, cast
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from conformance.cli.common import (
     Commands,
@@ -34,7 +37,7 @@ from conformance.cli.common import (
     Parser,
     UsageError,
     add_command,
-    add_db_argument,
+    add_store_arguments,
 )
 from conformance.cli.durations import (
     DurationError,
@@ -55,8 +58,15 @@ from kernel import PolicyDefinition, Safety
 from kernel.specs import Code
 from kernel.task import TaskDefinition, TaskRefused, define_task, policy_document
 from runners.edge.tasks import EdgeTaskStore, TaskRecord
+from runners.engine import Storage
 
-__all__ = ["CommandParser", "register"]
+if TYPE_CHECKING:
+    from runners.cluster.tasks import ClusterTaskStore
+
+#: Either runner's task store (the same public behaviour).
+AnyTaskStore: TypeAlias = "EdgeTaskStore | ClusterTaskStore"
+
+__all__ = ["CommandParser", "open_task_store", "register"]
 
 #: How many characters of a command `task list` shows.
 COMMAND_WIDTH = 40
@@ -103,7 +113,7 @@ def register(commands: Commands) -> None:
     assert isinstance(add, CommandParser)
     add.command_dest = "command"
     add.usage = "qlk task add NAME [options] -- CMD [ARGS...]"
-    add_db_argument(add)
+    add_store_arguments(add)
     add.add_argument("name", metavar="NAME", help="the task's name (letters, digits, . _ -)")
     add.add_argument(
         "--cron",
@@ -152,7 +162,7 @@ def register(commands: Commands) -> None:
         help="an environment variable for the command (repeatable)",
     )
     listing = add_command(actions, "list", help="the tasks, active and removed", handler=list_tasks)
-    add_db_argument(listing)
+    add_store_arguments(listing)
     listing.add_argument("--json", action="store_true", help="print a JSON array")
     remove = add_command(
         actions,
@@ -160,8 +170,26 @@ def register(commands: Commands) -> None:
         help="stop a task firing and refuse its submissions (its Runs and history stay)",
         handler=remove_task,
     )
-    add_db_argument(remove)
+    add_store_arguments(remove)
     remove.add_argument("name", metavar="NAME")
+
+
+@contextmanager
+def open_task_store(args: argparse.Namespace) -> Iterator[tuple[Storage, AnyTaskStore, int]]:
+    """The storage, its task store and the command's one time: the local file (`--db`, wall
+    clock at the CLI edge) or, with `--dsn`, the cluster schema (database time, ADR-0232 §1).
+    The cluster side is imported only then: a local command never loads psycopg."""
+    if getattr(args, "dsn", None) is None and getattr(args, "schema", None) is None:
+        with open_store(args.db) as store:
+            yield store, EdgeTaskStore(store), now_ms()
+        return
+    from conformance.cli.cluster import cluster_now, cluster_target, open_cluster  # noqa: PLC0415
+    from runners.cluster.tasks import ClusterTaskStore  # noqa: PLC0415
+
+    target = cluster_target(args)
+    assert target is not None  # --schema alone was refused
+    with open_cluster(target) as cluster:
+        yield cluster, ClusterTaskStore(cluster), cluster_now(cluster)
 
 
 # -- add ---------------------------------------------------------------------------------------
@@ -247,9 +275,8 @@ def add_task(args: argparse.Namespace, ctx: Context) -> int:
     )
     if isinstance(definition, TaskRefused):
         raise definition_refusal(definition, args)
-    with open_store(args.db) as store:
-        tasks = EdgeTaskStore(store)
-        written = tasks.add(definition, now_ms())
+    with open_task_store(args) as (_storage, tasks, now):
+        written = tasks.add(definition, now)
         if isinstance(written, TaskRefused):
             raise definition_refusal(written, args)
         schedule = tasks.schedule(definition.name) if definition.cron is not None else None
@@ -271,7 +298,7 @@ def add_task(args: argparse.Namespace, ctx: Context) -> int:
 # -- list --------------------------------------------------------------------------------------
 
 
-def _records(tasks: EdgeTaskStore) -> Iterator[TaskRecord]:
+def _records(tasks: AnyTaskStore) -> Iterator[TaskRecord]:
     after: str | None = None
     while True:
         page = tasks.list(after=after, limit=_PAGE, include_removed=True)
@@ -322,8 +349,8 @@ def _document(record: TaskRecord) -> dict[str, Any]:
 
 
 def list_tasks(args: argparse.Namespace, ctx: Context) -> int:
-    with open_store(args.db) as store:
-        records = list(_records(EdgeTaskStore(store)))
+    with open_task_store(args) as (_storage, tasks, _now):
+        records = list(_records(tasks))
     if args.json:
         documents = [_document(record) for record in records]
         print(json.dumps(documents, indent=2, ensure_ascii=False), file=ctx.out)
@@ -354,8 +381,8 @@ def list_tasks(args: argparse.Namespace, ctx: Context) -> int:
 
 def remove_task(args: argparse.Namespace, ctx: Context) -> int:
     name: str = args.name
-    with open_store(args.db) as store:
-        removed = EdgeTaskStore(store).remove(name, now_ms())
+    with open_task_store(args) as (_storage, tasks, now):
+        removed = tasks.remove(name, now)
     if isinstance(removed, TaskRefused):
         if removed.code is Code.TASK_REMOVED:
             raise UsageError(f"NAME {name!r}: the task is already removed [{removed.code}]")

@@ -185,6 +185,18 @@ from kernel.specs.tables import (
     RUN_TABLE,
     CommandName,
 )
+from kernel.specs.worker_session import (
+    SESSION_CAPACITY_MAX,
+    SESSION_REFUSALS,
+    SESSION_TABLE,
+    SESSION_TTL_DEFAULT_MS,
+    SESSION_TTL_MAX_MS,
+    SESSION_TTL_MIN_MS,
+    WORKER_PUBLIC_KEY_BYTES,
+    SessionCode,
+    SessionTrigger,
+    next_session_status,
+)
 
 __all__ = [
     "ACCEPTS_DELIVERIES",
@@ -247,6 +259,12 @@ __all__ = [
     "RETENTION_ELIGIBLE",
     "RETENTION_ORDER",
     "RUN_TABLE",
+    "SESSION_CAPACITY_MAX",
+    "SESSION_REFUSALS",
+    "SESSION_TABLE",
+    "SESSION_TTL_DEFAULT_MS",
+    "SESSION_TTL_MAX_MS",
+    "SESSION_TTL_MIN_MS",
     "STARTUP_RECOVERY_TOTAL_MAX",
     "TERMINAL_ATTEMPT_OUTCOMES",
     "TERMINAL_INBOX_STATES",
@@ -256,6 +274,7 @@ __all__ = [
     "TRIGGER_REASONS",
     "VERSION_RETRIED",
     "WORKER_COMPLETION_POLL_PAGE",
+    "WORKER_PUBLIC_KEY_BYTES",
     "AckKind",
     "Actor",
     "ApprovedActionBudget",
@@ -318,6 +337,8 @@ __all__ = [
     "RunOwner",
     "RunStatus",
     "Safety",
+    "SessionCode",
+    "SessionTrigger",
     "SlowCleanupBudget",
     "StartupRecoveryBudget",
     "StopResult",
@@ -342,5 +363,6 @@ __all__ = [
     "moved_lock_action",
     "next_inbox_state",
     "next_ownership_state",
+    "next_session_status",
     "owner_provably_dead",
 ]

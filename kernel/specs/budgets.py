@@ -237,6 +237,10 @@ class ProfileBudget:
     # scheduler cycle, a step of O-5 phase 3 before the trigger schedule. §6.3 has no row for it;
     # §1.9 gives the page: default 16, hard 64. None where there is no cluster scheduler.
     cluster_cancellation_convergence_page_size: int | None
+    # [decision WS-6] Cluster dispatch (§1.7 T1, D-13; issue 17): lease grants per scheduler
+    # cycle, one candidate page per executor type some online Worker advertises. §6.3 has no row
+    # for it: default 16, hard 64 (P-1's page maximum). None where there is no cluster scheduler.
+    cluster_dispatch_grants: int | None
     # Local startup recovery (§2.2).
     startup_recovery: StartupRecoveryBudget | None
     # Dispatch lease expiry scanner (§3.16; on cluster: the PostgreSQL adapter).
@@ -256,6 +260,11 @@ class ProfileBudget:
     scheduler_dispatch_activations: int | None
     # Cluster scheduler (O-5).
     cluster_scheduler_cadence_ms: int | None
+    # [decision] The trigger-schedule step of the cluster cycle (O-5 phase 3, issue 17): due
+    # schedules read, and fires admitted, per cycle; the same phase and the same 16 x 4 as
+    # standalone's (TK-13) at the same 1 s cadence, hard "64 per page". None without a cluster
+    # scheduler.
+    cluster_trigger_schedule: Paging | None
     # Approved Action (§5.4): a budget on edge/standalone, REFUSED on cluster/worker.
     approved_action: ApprovedActionBudget | Refused
     # "Other lifecycles | stop timeout" (every lifecycle but Approved Action).
@@ -298,6 +307,7 @@ class HardLimits:
     cluster_runtime_recovery_page_size_max: int
     cluster_lost_retry_page_size_max: int
     cluster_cancellation_convergence_page_size_max: int
+    cluster_dispatch_grants_max: int
     startup_recovery_page_size_max: int
     startup_recovery_total_max: int
     lease_expiry_scanner_page_size_max: int
@@ -345,6 +355,7 @@ HARD_LIMITS: Final = HardLimits(
     cluster_runtime_recovery_page_size_max=64,  # ADR-0232 §1
     cluster_lost_retry_page_size_max=64,  # ADR-0232 §3
     cluster_cancellation_convergence_page_size_max=64,  # §1.9 (D-6): hard 64
+    cluster_dispatch_grants_max=64,  # D WS-6: hard 64
     startup_recovery_page_size_max=64,  # D: B-31
     startup_recovery_total_max=limits.STARTUP_RECOVERY_TOTAL_MAX,  # D: B-31, D-11 (1024)
     lease_expiry_scanner_page_size_max=64,  # ADR-0021 §5.4
@@ -388,6 +399,7 @@ _EDGE: Final = ProfileBudget(
     cluster_runtime_recovery_page_size=None,
     cluster_lost_retry_page_size=None,
     cluster_cancellation_convergence_page_size=None,
+    cluster_dispatch_grants=None,
     startup_recovery=StartupRecoveryBudget(16, 1024),  # D B-31: 16; 1024
     lease_expiry_scanner_page_size=16,  # ADR-0021 §5.4
     claimed_dispatcher=ClaimedDispatcherBudget(1, Paging(8, 1)),  # ADR-0021 §5.5: 1; 8 x 1 page
@@ -398,6 +410,7 @@ _EDGE: Final = ProfileBudget(
     scheduler_task_admission=Paging(1, 1),  # ADR-0229 §1: 1 x 1
     scheduler_dispatch_activations=1,  # ADR-0229 §1, B-27
     cluster_scheduler_cadence_ms=None,
+    cluster_trigger_schedule=None,
     approved_action=ApprovedActionBudget(  # ADR-0036 §3, §4 (§5.4 table)
         cadence_ms=30_000,  # 30 s
         recovery=Paging(8, 1),  # "1 page x 8"
@@ -431,6 +444,7 @@ _STANDALONE: Final = ProfileBudget(
     cluster_runtime_recovery_page_size=None,
     cluster_lost_retry_page_size=None,
     cluster_cancellation_convergence_page_size=None,
+    cluster_dispatch_grants=None,
     startup_recovery=StartupRecoveryBudget(16, 1024),  # D B-31: 16; 1024
     lease_expiry_scanner_page_size=16,  # ADR-0021 §5.4
     claimed_dispatcher=ClaimedDispatcherBudget(1, Paging(8, 1)),  # ADR-0021 §5.5: 1; 8 x 1 page
@@ -441,6 +455,7 @@ _STANDALONE: Final = ProfileBudget(
     scheduler_task_admission=Paging(16, 4),  # ADR-0229 §1: 16 x 4
     scheduler_dispatch_activations=4,  # ADR-0229 §1, B-27
     cluster_scheduler_cadence_ms=None,
+    cluster_trigger_schedule=None,
     approved_action=ApprovedActionBudget(  # ADR-0036 §3, §4 (§5.4 table)
         cadence_ms=2_000,  # 2 s
         recovery=Paging(16, 2),  # "2 pages x 16"
@@ -473,6 +488,7 @@ _CLUSTER: Final = ProfileBudget(
     cluster_runtime_recovery_page_size=16,  # ADR-0232 §1
     cluster_lost_retry_page_size=16,  # ADR-0232 §3
     cluster_cancellation_convergence_page_size=16,  # §1.9 (D-6): default 16
+    cluster_dispatch_grants=16,  # D WS-6: default 16
     startup_recovery=None,
     lease_expiry_scanner_page_size=16,  # ADR-0021 §5.4 (PostgreSQL adapter; D-9: conformance only)
     claimed_dispatcher=None,
@@ -483,6 +499,7 @@ _CLUSTER: Final = ProfileBudget(
     scheduler_task_admission=None,
     scheduler_dispatch_activations=None,
     cluster_scheduler_cadence_ms=1_000,  # D B-71: 1 s
+    cluster_trigger_schedule=Paging(16, 4),  # issue 17: as standalone (TK-13)
     approved_action=REFUSED,  # ADR-0036 §5: refused (PROFILE_NOT_SUPPORTED)
     lifecycle_stop_timeout_ms=5_000,  # D B-72: 5 s
     journal_capacity=None,
@@ -508,6 +525,7 @@ _WORKER: Final = ProfileBudget(
     cluster_runtime_recovery_page_size=None,
     cluster_lost_retry_page_size=None,
     cluster_cancellation_convergence_page_size=None,
+    cluster_dispatch_grants=None,
     startup_recovery=None,
     lease_expiry_scanner_page_size=None,
     claimed_dispatcher=None,
@@ -518,6 +536,7 @@ _WORKER: Final = ProfileBudget(
     scheduler_task_admission=None,
     scheduler_dispatch_activations=None,
     cluster_scheduler_cadence_ms=None,
+    cluster_trigger_schedule=None,
     approved_action=REFUSED,  # ADR-0036 §5: Workers own no Approved Action tables
     lifecycle_stop_timeout_ms=5_000,  # D B-72: 5 s
     journal_capacity=64,  # ADR-0021 §4

@@ -2,8 +2,9 @@
 
 O-5, the cluster scheduler cycle (ADR-0232 §4): runtime recovery, lost retry, the ordinary
 trigger schedule, the Workflow frontier, Workflow Task Attempt admission, in this order, on one
-cadence. A failure in a *gating* phase (recovery or lost retry) ends the cycle before anything
-is scheduled: no new work is dispatched while execution authority is uncertain, and the next
+cadence; phase 5 ends with the dispatch step that grants leases (T1, issue 17). A failure in a
+*gating* phase (recovery or lost retry) ends the cycle before anything is scheduled or
+dispatched: no new work is dispatched while execution authority is uncertain, and the next
 cadence tries again (CAD-06, REC-13).
 
 O-1..O-4, the local application (ADR-0380 §3, ADR-0229 §1, §6): the start and stop sequences and
@@ -44,7 +45,7 @@ CLUSTER_GATING: Final[frozenset[ClusterPhase]] = frozenset(
 
 class ClusterStep(enum.StrEnum):
     """The steps the O-5 phases are made of: one per phase, but phase 3 runs cancellation
-    convergence (D-6) before its trigger schedule."""
+    convergence (D-6) before its trigger schedule, and phase 5 ends with dispatch (T1)."""
 
     RUNTIME_RECOVERY = "runtime_recovery"
     LOST_RETRY = "lost_retry"
@@ -52,12 +53,17 @@ class ClusterStep(enum.StrEnum):
     TRIGGER_SCHEDULE = "trigger_schedule"
     WORKFLOW_FRONTIER = "workflow_frontier"
     TASK_ADMISSION = "task_admission"
+    DISPATCH = "dispatch"  # T1 lease grants to online Workers, bounded per cycle (issue 17)
 
 
 #: O-5 with D-6: the steps of each phase, in order. Cancellation convergence comes after lost
 #: retry (a `lost` Run with an intent is never retried, RETRY-12, so the page that follows ends
 #: it) and before the trigger schedule, inside phase 3 (§1.9), so it is not gating: a failure
 #: there ends the cycle like any phase-3 failure, after recovery and lost retry have run.
+#: [decision] Dispatch (T1 grants, issue 17) is the last step of phase 5, not a sixth phase: O-5
+#: names five phases and dispatch finishes admission (what phases 3-5 admitted, and what lost
+#: retry requeued, is granted to Workers). Like every scheduling step it never runs after a
+#: gating failure, nor after a failure of any earlier step of the same cycle.
 CLUSTER_PHASE_STEPS: Final[Mapping[ClusterPhase, tuple[ClusterStep, ...]]] = MappingProxyType(
     {
         ClusterPhase.RUNTIME_RECOVERY: (ClusterStep.RUNTIME_RECOVERY,),
@@ -67,7 +73,7 @@ CLUSTER_PHASE_STEPS: Final[Mapping[ClusterPhase, tuple[ClusterStep, ...]]] = Map
             ClusterStep.TRIGGER_SCHEDULE,
         ),
         ClusterPhase.WORKFLOW_FRONTIER: (ClusterStep.WORKFLOW_FRONTIER,),
-        ClusterPhase.TASK_ADMISSION: (ClusterStep.TASK_ADMISSION,),
+        ClusterPhase.TASK_ADMISSION: (ClusterStep.TASK_ADMISSION, ClusterStep.DISPATCH),
     }
 )
 

@@ -5,7 +5,8 @@ so are the cron times the runner's croniter iteration found.
 
 - `definition`: `TaskDefinition` (validated, immutable), `define_task` / `adhoc_definition`
   (a value or a `TaskRefused(code, field)`), `TaskRevision`, `TaskExecution` (what the launcher
-  reads for a Run's `(task, revision)`), `LOCAL_PROJECT_ID`, `LOCAL_EXECUTOR_TYPE`.
+  reads for a Run's `(task, revision)`), `LOCAL_PROJECT_ID`, `LOCAL_EXECUTOR_TYPE`, and
+  `TASK_EXECUTOR_TYPE` (the same type, for cluster task Runs too).
 - `catalog`: `qlk task add` (`revise_task`), `qlk task remove` (`remove_task`), `qlk submit`
   (`submission`), over `TaskState`.
 - `fire_ids`: the deterministic Run and Attempt ids of a fire (`fire_run_id`, `fire_attempt_id`).
@@ -45,6 +46,7 @@ from kernel.task.definition import (
     ENV_VALUE_MAX_LENGTH,
     LOCAL_EXECUTOR_TYPE,
     LOCAL_PROJECT_ID,
+    TASK_EXECUTOR_TYPE,
     TASK_NAME_MAX_LENGTH,
     TASK_NAME_RE,
     TaskDefinition,
@@ -101,6 +103,7 @@ __all__ = [
     "FIRE_RUN_PREFIX",
     "LOCAL_EXECUTOR_TYPE",
     "LOCAL_PROJECT_ID",
+    "TASK_EXECUTOR_TYPE",
     "TASK_NAME_MAX_LENGTH",
     "TASK_NAME_RE",
     "FireKind",

@@ -55,6 +55,7 @@ __all__ = [
     "ENV_VALUE_MAX_LENGTH",
     "LOCAL_EXECUTOR_TYPE",
     "LOCAL_PROJECT_ID",
+    "TASK_EXECUTOR_TYPE",
     "TASK_NAME_MAX_LENGTH",
     "TASK_NAME_RE",
     "TaskDefinition",
@@ -72,6 +73,12 @@ __all__ = [
 
 #: The executor type of every Run a local task admits (the local POSIX executor; TK-4).
 LOCAL_EXECUTOR_TYPE: Final = "local.posix"
+# [decision] The executor type of a cluster task Run (issue 17) is the same: it names what runs a
+# task's command (an argv executed directly, no shell, by a POSIX process launcher; TK-4), not
+# where, and `admit_command` is one admission for both runners (the deterministic fire ids of
+# TK-6 do not depend on the profile). A cluster Worker that runs task commands advertises it
+# (`qlk worker --executor-type local.posix`); dispatch grants a Run only to a matching Worker (T1).
+TASK_EXECUTOR_TYPE: Final = LOCAL_EXECUTOR_TYPE
 #: The project id of every local Run (edge/standalone have one project; TK-4).
 LOCAL_PROJECT_ID: Final = "local"
 

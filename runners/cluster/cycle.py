@@ -3,10 +3,11 @@ CAD-07, REC-13, E-1).
 
 `ClusterCycle.run_once()` calls the steps of the five phases in the order of `kernel.specs.cycles`
 (`CLUSTER_CYCLE`, and `CLUSTER_PHASE_STEPS` for the steps of each phase: phase 3 runs one page of
-cancellation convergence before its trigger schedule, D-6, §1.9). A step that raises ends the
-cycle there: after a failed runtime recovery or lost retry (`RUNTIME_RECOVERY_UNAVAILABLE`,
-`LOST_RETRY_UNAVAILABLE`) nothing is converged or scheduled, no frontier advances and no Task
-Attempt is admitted in that cycle; the next cadence starts over. The result names the steps that
+cancellation convergence before its trigger schedule, D-6, §1.9; phase 5 ends with dispatch, the
+T1 lease grants of issue 17). A step that raises ends the cycle there: after a failed runtime
+recovery or lost retry (`RUNTIME_RECOVERY_UNAVAILABLE`, `LOST_RETRY_UNAVAILABLE`) nothing is
+converged or scheduled, no frontier advances, no Task Attempt is admitted and no lease is
+granted in that cycle; the next cadence starts over. The result names the steps that
 ran and the phase, step and stable code of the failure, never the exception text (S-1).
 
 The coordinator owns no timer, pool, connection, cursor or per-Run state (CAD-07): it holds
@@ -137,13 +138,14 @@ def cluster_cycle(
     trigger_schedule: Step,
     workflow_frontier: Step,
     task_admission: Step,
+    dispatch: Step,
     page_limit: int = 16,
     convergence_limit: int | None = None,
 ) -> ClusterCycle:
     """The cluster bootstrap's cycle: one runtime recovery page and one lost-retry page of the
     runtime (database time, fail closed), one cancellation-convergence page (D-6; its size the
     cluster budget's `cluster_cancellation_convergence_page_size` unless given), then the
-    scheduler's own three steps."""
+    scheduler's own steps: trigger schedule, frontier, Task admission and dispatch (T1)."""
     if convergence_limit is None:
         convergence_limit = budget_for(Profile.CLUSTER).cluster_cancellation_convergence_page_size
     assert convergence_limit is not None, "the cluster budget has a convergence page"
@@ -160,5 +162,6 @@ def cluster_cycle(
             ClusterStep.TRIGGER_SCHEDULE: trigger_schedule,
             ClusterStep.WORKFLOW_FRONTIER: workflow_frontier,
             ClusterStep.TASK_ADMISSION: task_admission,
+            ClusterStep.DISPATCH: dispatch,
         }
     )

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from runners.named_sql import SqlFileError
 from runners.named_sql import load as load_package
 
-__all__ = ["PROJECTION", "SOURCES", "STATEMENTS", "SqlFileError", "load"]
+__all__ = ["DISPATCH", "PROJECTION", "REGISTRY", "SOURCES", "STATEMENTS", "SqlFileError", "load"]
 
 
 def load(filename: str) -> Mapping[str, str]:
@@ -23,3 +23,5 @@ def load(filename: str) -> Mapping[str, str]:
 STATEMENTS: Mapping[str, str] = MappingProxyType(dict(load("statements.sql")))
 PROJECTION: Mapping[str, str] = MappingProxyType(dict(load("projection.sql")))
 SOURCES: Mapping[str, str] = MappingProxyType(dict(load("sources.sql")))
+REGISTRY: Mapping[str, str] = MappingProxyType(dict(load("registry.sql")))
+DISPATCH: Mapping[str, str] = MappingProxyType(dict(load("dispatch.sql")))

@@ -31,10 +31,12 @@ from kernel import (
     Run,
     RunAggregate,
     RunRetryPolicy,
+    WorkerSession,
     attempt_lock_key,
 )
 from runners.cluster.migrate import migrate
-from runners.cluster.named_sql import PROJECTION, SOURCES, STATEMENTS
+from runners.cluster.named_sql import PROJECTION, REGISTRY, SOURCES, STATEMENTS
+from runners.cluster.session_rows import session_record, stored_view
 from runners.engine import StaleWrite
 from runners.rows import ATTEMPT_TYPES, LEASE_TYPES, POLICY_TYPES, RUN_TYPES, effect_statement
 from runners.sql_sources import SqlSources
@@ -129,6 +131,20 @@ class ClusterTransaction:
             _entity(Lease, LEASE_TYPES, r) for r in _rows(self._run("select_leases_of_run", key))
         )
         return RunAggregate(run=run, attempts=attempts, policy=policy, leases=leases)
+
+    def worker_session(self, worker_id: str) -> WorkerSession | None:
+        """The Worker's current registry session, for a fenced command or a grant in this
+        transaction (SPEC §1.7, issue 17 item 2): its row locked `FOR SHARE` *after* the
+        aggregate's locks (D-7: advisory(attempt) -> Run -> Attempt -> policy -> lease -> the
+        session row; the registry's own transactions lock only that row, so no cycle). The
+        status is as stored; the command's guard compares the expiry with its own observation
+        time. `None`: the control plane does not know the Worker."""
+        if self._trace is not None:
+            self._trace.append("select_worker_session_for_share")
+        row = self._conn.execute(
+            REGISTRY["select_worker_session_for_share"], {"worker_id": worker_id}
+        ).fetchone()
+        return None if row is None else stored_view(session_record(row))
 
     def execute(self, effect: Effect) -> None:
         """One effect, one named statement; a guard that no longer holds raises `StaleWrite`."""

@@ -4,7 +4,8 @@ edge store's SQLite file (issue 15 item 3; migration 0002_tasks, SQL in `sql/tas
 It works on the *same* `SqliteAuthority` as the `EdgeStore` it is built from (FP-2: one SQLite
 connection per process), and holds no rule: each write loads the stored state in one
 `BEGIN IMMEDIATE` transaction, asks `kernel.task` what it becomes, and writes that with a
-compare-and-set on the row's version. Cron iteration is croniter's (`runners.edge.cron`).
+compare-and-set on the row's version. Cron iteration is croniter's (`runners.cron`); the
+values and the row mapping are shared with the cluster runner's store (`runners.task_rows`).
 
 API (all times are epoch milliseconds, passed in):
 - `add(definition, now_ms) -> TaskWrite | TaskRefused`: a new task, a new revision when the
@@ -23,37 +24,42 @@ API (all times are epoch milliseconds, passed in):
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
-from kernel import canonical_json, decode_provider_policy
-from kernel.specs import Code, Paging, check_page_size, check_paging
+from kernel.specs import Paging, check_page_size, check_paging
 from kernel.task import (
-    FireRecord,
-    FireState,
     ScheduleState,
     TaskDefinition,
     TaskExecution,
-    TaskOrigin,
     TaskRefused,
     TaskRemoved,
     TaskRevised,
     TaskRevision,
     TaskState,
     TaskUnchanged,
-    policy_document,
     remove_task,
     revise_task,
     schedule_after_removal,
     schedule_after_revision,
 )
-from runners.edge.cron import cron_refusal, first_fire_after
+from runners.cron import cron_refusal, first_fire_after
 from runners.edge.named_sql import load
 from runners.edge.store import EdgeStore
 from runners.engine import StaleWrite
+from runners.task_rows import (
+    FIRST_NAME,
+    DueSchedule,
+    TaskPage,
+    TaskRecord,
+    TaskWrite,
+    revision_from_row,
+    revision_params,
+    schedule_from_row,
+    schedule_params,
+    state_from_row,
+)
 
 __all__ = [
     "TASKS",
@@ -68,111 +74,7 @@ __all__ = [
 TASKS: Final = load("tasks.sql")
 
 #: The first page's cursor: every name sorts after the empty string.
-_FIRST: Final = ""
-
-
-@dataclass(frozen=True, slots=True)
-class TaskWrite:
-    """What `add` or `remove` did: the task's state afterwards, whether anything was written,
-    whether the task is new (revision 1 of a new name) or was reactivated by a re-add."""
-
-    state: TaskState
-    written: bool
-    created: bool = False
-    reactivated: bool = False
-
-    @property
-    def revision(self) -> TaskRevision:
-        return self.state.current
-
-
-@dataclass(frozen=True, slots=True)
-class TaskRecord:
-    """A stored task: its state (current revision, removal, version) and its schedule
-    bookkeeping (None: it never had a cron)."""
-
-    state: TaskState
-    schedule: ScheduleState | None
-
-
-@dataclass(frozen=True, slots=True)
-class TaskPage:
-    """One page of `list`, by name. `next_after` is the cursor of the next page (None: last)."""
-
-    items: tuple[TaskRecord, ...]
-    next_after: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class DueSchedule:
-    """One row of the due scan: the bookkeeping and the task's current revision number."""
-
-    state: ScheduleState
-    current_revision: int
-
-
-# -- rows <-> values -------------------------------------------------------------------------------
-
-
-def _json(value: object, field: str) -> str:
-    return canonical_json(value, field=field).decode("utf-8")
-
-
-def _revision(row: tuple[Any, ...]) -> TaskRevision:
-    """A stored revision from `(task_name, origin, revision, argv, cwd, env, cron, deadline_ms,
-    retry_policy, created_at_ms)`; a row that no longer validates raises (fail closed), it is
-    never guessed at."""
-    (name, origin, revision, argv, cwd, env, cron, deadline_ms, retry_policy, created_at_ms) = row
-    policy = None if retry_policy is None else decode_provider_policy(json.loads(retry_policy))
-    definition = TaskDefinition(
-        name=name,
-        argv=tuple(json.loads(argv)),
-        cwd=cwd,
-        env=tuple(sorted(json.loads(env).items())),
-        cron=cron,
-        deadline_ms=deadline_ms,
-        retry_policy=policy,
-        origin=TaskOrigin(origin),
-    )
-    return TaskRevision(definition, revision, created_at_ms)
-
-
-def _state(row: tuple[Any, ...]) -> TaskState:
-    """A task from `select_task`/`list_tasks`: the task row's columns, then its current
-    revision's."""
-    name, origin, current, removed_at_ms, version = row[:5]
-    return TaskState(_revision((name, origin, current, *row[5:])), removed_at_ms, version)
-
-
-def _schedule(row: tuple[Any, ...]) -> ScheduleState:
-    (name, cron, since_ms, next_due_ms, fire_at_ms, fire_revision, fire_state, fire_code) = row[:8]
-    version = row[8]
-    fire = (
-        None
-        if fire_at_ms is None
-        else FireRecord(
-            fire_at_ms,
-            fire_revision,
-            FireState(fire_state),
-            None if fire_code is None else Code(fire_code),
-        )
-    )
-    return ScheduleState(name, cron, since_ms, next_due_ms, fire, version)
-
-
-def _schedule_params(state: ScheduleState) -> dict[str, Any]:
-    fire = state.last_fire
-    return {
-        "task_name": state.task,
-        "cron": state.cron,
-        "since_ms": state.since_ms,
-        "next_due_ms": state.next_due_ms,
-        "fire_at_ms": None if fire is None else fire.fire_at_ms,
-        "fire_revision": None if fire is None else fire.revision,
-        "fire_state": None if fire is None else fire.state.value,
-        "fire_code": None if fire is None or fire.code is None else fire.code.value,
-        "version": state.version,
-    }
+_FIRST: Final = FIRST_NAME
 
 
 def _write(conn: sqlite3.Connection, name: str, params: Mapping[str, Any]) -> None:
@@ -233,7 +135,7 @@ class EdgeTaskStore:
         """Write one schedule row where its version is still `expected_version` (the claim and
         the resolution of a fire, a refresh). False: another writer changed the row first (a
         second scheduler, an edit, a removal); nothing was written."""
-        params = {**_schedule_params(new), "expected_version": expected_version}
+        params = {**schedule_params(new), "expected_version": expected_version}
         with self._authority.transaction() as conn:
             return conn.execute(TASKS["update_schedule"], params).rowcount == 1
 
@@ -259,7 +161,7 @@ class EdgeTaskStore:
             row = conn.execute(
                 TASKS["select_task_revision"], {"task_name": name, "revision": revision}
             ).fetchone()
-        return None if row is None else _revision(tuple(row))
+        return None if row is None else revision_from_row(tuple(row))
 
     def execution(self, name: str, revision: int) -> TaskExecution | None:
         """What the launcher needs for a Run of `(task_id, task_revision)`, or None."""
@@ -285,7 +187,7 @@ class EdgeTaskStore:
         }
         with self._authority.reading() as conn:
             rows = conn.execute(TASKS["list_tasks"], params).fetchall()
-            states = [_state(row) for row in rows[:size]]
+            states = [state_from_row(row) for row in rows[:size]]
             items = tuple(TaskRecord(s, self._load_schedule(conn, s.name)) for s in states)
         more = len(rows) > size
         return TaskPage(items, items[-1].state.name if more and items else None)
@@ -306,7 +208,7 @@ class EdgeTaskStore:
             }
             with self._authority.reading() as conn:
                 rows = conn.execute(TASKS["due_schedules"], params).fetchall()
-            page = [DueSchedule(_schedule(row), row[9]) for row in rows]
+            page = [DueSchedule(schedule_from_row(row), row[9]) for row in rows]
             found += page
             if len(page) < checked.page_size:
                 break
@@ -319,49 +221,26 @@ class EdgeTaskStore:
     @staticmethod
     def _load_state(conn: sqlite3.Connection, name: str) -> TaskState | None:
         row = conn.execute(TASKS["select_task"], {"task_name": name}).fetchone()
-        return None if row is None else _state(row)
+        return None if row is None else state_from_row(row)
 
     @staticmethod
     def _load_schedule(conn: sqlite3.Connection, name: str) -> ScheduleState | None:
         row = conn.execute(TASKS["select_schedule"], {"task_name": name}).fetchone()
-        return None if row is None else _schedule(row)
+        return None if row is None else schedule_from_row(row)
 
     @staticmethod
     def _write_revision(conn: sqlite3.Connection, decision: TaskRevised) -> None:
-        revision = decision.revision
-        d = revision.definition
-        at = revision.created_at_ms
-        task = {
-            "task_name": d.name,
-            "current_revision": revision.revision,
-            "at_ms": at,
-            "version": decision.state.version,
-        }
+        task, row = revision_params(decision)
         if decision.expected_version is None:
-            _write(conn, "insert_task", {**task, "origin": d.origin.value})
+            origin = decision.revision.definition.origin
+            _write(conn, "insert_task", {**task, "origin": origin.value})
         else:
             _write(
                 conn,
                 "update_task_revision",
                 {**task, "expected_version": decision.expected_version},
             )
-        policy = policy_document(d.retry_policy)
-        _write(
-            conn,
-            "insert_task_revision",
-            {
-                "task_name": d.name,
-                "revision": revision.revision,
-                "argv": _json(list(d.argv), "argv"),
-                "cwd": d.cwd,
-                "env": _json(dict(d.env), "env"),
-                "cron": d.cron,
-                "deadline_ms": d.deadline_ms,
-                "retry_policy": None if policy is None else _json(policy, "retry_policy"),
-                "digest": d.digest,
-                "created_at_ms": at,
-            },
-        )
+        _write(conn, "insert_task_revision", row)
 
     @staticmethod
     def _write_removal(conn: sqlite3.Connection, decision: TaskRemoved) -> None:
@@ -381,7 +260,7 @@ class EdgeTaskStore:
     def _put_schedule(
         conn: sqlite3.Connection, schedule: ScheduleState, previous: ScheduleState | None
     ) -> None:
-        params = _schedule_params(schedule)
+        params = schedule_params(schedule)
         if previous is None:
             _write(conn, "insert_schedule", params)
         else:

@@ -64,6 +64,7 @@ EXPECTED_ROWS: dict[str, tuple[object, object, object, object]] = {
     "Cluster lost retry | page per cycle": (None, None, 16, None),
     # [decision D-6] Not a §6.3 row: §1.9's cluster cancellation-convergence page (default 16).
     "Cluster cancellation convergence | page per cycle": (None, None, 16, None),
+    "Cluster dispatch | grants per cycle": (None, None, 16, None),  # decision WS-6
     "Local startup recovery | page; total per startup": ((16, 1024), (16, 1024), None, None),
     "Dispatch lease expiry scanner | page per call": (16, 16, 16, None),
     "Local claimed dispatcher | activations per call; scan": (
@@ -80,6 +81,8 @@ EXPECTED_ROWS: dict[str, tuple[object, object, object, object]] = {
     "Local scheduler: Task Attempt admission | page size x pages": ((1, 1), (16, 4), None, None),
     "Local scheduler: dispatch | activations per cycle": (1, 4, None, None),
     "Cluster scheduler | cadence": (None, None, 1 * S, None),
+    # Not a §6.3 row: the trigger-schedule step of the cluster cycle (O-5 phase 3, issue 17).
+    "Cluster scheduler: trigger schedule | page size x pages": (None, None, (16, 4), None),
     "Approved Action | cadence": (30 * S, 2 * S, "refused", "refused"),
     "Approved Action: recovery | page size x pages": ((8, 1), (16, 2), None, None),
     "Approved Action: dispatch | page size x pages": ((8, 1), (32, 4), None, None),
@@ -113,6 +116,7 @@ EXPECTED_HARD: dict[str, object] = {
     "cluster_runtime_recovery_page_size_max": 64,
     "cluster_lost_retry_page_size_max": 64,
     "cluster_cancellation_convergence_page_size_max": 64,
+    "cluster_dispatch_grants_max": 64,  # decision WS-6
     "startup_recovery_page_size_max": 64,
     "startup_recovery_total_max": 1024,
     "lease_expiry_scanner_page_size_max": 64,
@@ -172,6 +176,7 @@ def _rows(b: ProfileBudget) -> dict[str, object]:
         "Cluster cancellation convergence | page per cycle": (
             b.cluster_cancellation_convergence_page_size
         ),
+        "Cluster dispatch | grants per cycle": b.cluster_dispatch_grants,
         "Local startup recovery | page; total per startup": _cell(b.startup_recovery),
         "Dispatch lease expiry scanner | page per call": b.lease_expiry_scanner_page_size,
         "Local claimed dispatcher | activations per call; scan": _cell(b.claimed_dispatcher),
@@ -188,6 +193,9 @@ def _rows(b: ProfileBudget) -> dict[str, object]:
         ),
         "Local scheduler: dispatch | activations per cycle": b.scheduler_dispatch_activations,
         "Cluster scheduler | cadence": b.cluster_scheduler_cadence_ms,
+        "Cluster scheduler: trigger schedule | page size x pages": _cell(
+            b.cluster_trigger_schedule
+        ),
         "Approved Action | cadence": "refused" if aa_budget is None else aa_budget.cadence_ms,
         "Approved Action: recovery | page size x pages": (
             None if aa_budget is None else _cell(aa_budget.recovery)
@@ -232,6 +240,7 @@ _READ_FIELDS = {
     "cluster_runtime_recovery_page_size",
     "cluster_lost_retry_page_size",
     "cluster_cancellation_convergence_page_size",
+    "cluster_dispatch_grants",
     "startup_recovery",
     "lease_expiry_scanner_page_size",
     "claimed_dispatcher",
@@ -242,6 +251,7 @@ _READ_FIELDS = {
     "scheduler_task_admission",
     "scheduler_dispatch_activations",
     "cluster_scheduler_cadence_ms",
+    "cluster_trigger_schedule",
     "approved_action",
     "lifecycle_stop_timeout_ms",
     "journal_capacity",
@@ -355,6 +365,7 @@ def test_every_value_satisfies_its_hard_limit(profile: Profile) -> None:
             b.cluster_cancellation_convergence_page_size,
             hard.cluster_cancellation_convergence_page_size_max,
         ),
+        (b.cluster_dispatch_grants, hard.cluster_dispatch_grants_max),
         (b.lease_expiry_scanner_page_size, hard.lease_expiry_scanner_page_size_max),
         (b.journal_list_page_max, hard.journal_list_page_max),
     )
@@ -371,6 +382,7 @@ def test_every_value_satisfies_its_hard_limit(profile: Profile) -> None:
     for phase in (
         b.scheduler_cancellation,
         b.scheduler_trigger_schedule,
+        b.cluster_trigger_schedule,
         b.scheduler_frontier,
         b.scheduler_task_admission,
     ):
@@ -423,6 +435,7 @@ def test_table_values_pass_the_validation_helpers(profile: Profile) -> None:
     for phase in (
         b.scheduler_cancellation,
         b.scheduler_trigger_schedule,
+        b.cluster_trigger_schedule,
         b.scheduler_frontier,
         b.scheduler_task_admission,
     ):
@@ -579,6 +592,7 @@ def test_per_call_products_within_hard_products(profile: Profile) -> None:
     for phase in (
         b.scheduler_cancellation,
         b.scheduler_trigger_schedule,
+        b.cluster_trigger_schedule,
         b.scheduler_frontier,
         b.scheduler_task_admission,
     ):

@@ -48,6 +48,7 @@ def _cycle(rt: ClusterRuntime, calls: list[str], evidence: Any = None) -> Cluste
         trigger_schedule=lambda: calls.append("trigger_schedule"),
         workflow_frontier=lambda: calls.append("workflow_frontier"),
         task_admission=lambda: calls.append("task_admission"),
+        dispatch=lambda: calls.append("dispatch"),
     )
 
 
@@ -83,10 +84,11 @@ def test_a_lost_run_with_intent_ends_cancelled_after_one_cycle(store: ClusterSto
         ClusterStep.TRIGGER_SCHEDULE,
         ClusterStep.WORKFLOW_FRONTIER,
         ClusterStep.TASK_ADMISSION,
+        ClusterStep.DISPATCH,
     )
     # No sixth phase: the five O-5 phases, convergence inside phase 3.
     assert result.phases == tuple(ClusterPhase)
-    assert calls == ["trigger_schedule", "workflow_frontier", "task_admission"]
+    assert calls == ["trigger_schedule", "workflow_frontier", "task_admission", "dispatch"]
     assert result.result(ClusterStep.LOST_RETRY).scanned == 0  # type: ignore[attr-defined]
     page = result.result(ClusterStep.CANCELLATION_CONVERGENCE)
     assert page.outcomes == (("r1", "applied", "converged"),)  # type: ignore[attr-defined]

@@ -53,7 +53,8 @@ def _recording(fail: ClusterStep | None = None) -> tuple[dict[ClusterStep, Any],
 @pytest.mark.spec("CAD-06")
 def test_every_cycle_calls_the_five_phases_in_order() -> None:
     """CAD-06: recovery, lost retry, schedule, frontier, Task admission, in this order, every
-    cycle; D-6: phase 3 converges cancellations before its trigger schedule (no sixth phase)."""
+    cycle; D-6: phase 3 converges cancellations before its trigger schedule, and phase 5 ends
+    with dispatch (T1, issue 17): no sixth phase."""
     phases, calls = _recording()
     cycle = ClusterCycle(phases)
     for _ in range(3):
@@ -76,7 +77,9 @@ def test_every_cycle_calls_the_five_phases_in_order() -> None:
         "trigger_schedule",
         "workflow_frontier",
         "task_admission",
+        "dispatch",
     ]
+    assert CLUSTER_PHASE_STEPS[ClusterPhase.TASK_ADMISSION][-1] is ClusterStep.DISPATCH
 
 
 @pytest.mark.spec("CAD-06")
@@ -120,6 +123,7 @@ def _scheduler(calls: list[str]) -> dict[str, Any]:
         "trigger_schedule": lambda: calls.append("trigger_schedule"),
         "workflow_frontier": lambda: calls.append("workflow_frontier"),
         "task_admission": lambda: calls.append("task_admission"),
+        "dispatch": lambda: calls.append("dispatch"),
     }
 
 
@@ -154,7 +158,7 @@ def test_a_recovery_error_on_postgresql_means_nothing_is_scheduled(store: Cluste
     broken["evidence"] = False
     result = cycle.run_once()
     assert result.failed is None
-    assert scheduled == ["trigger_schedule", "workflow_frontier", "task_admission"]
+    assert scheduled == ["trigger_schedule", "workflow_frontier", "task_admission", "dispatch"]
     recovery = result.result(ClusterStep.RUNTIME_RECOVERY)
     assert recovery.outcomes == ((attempt, "applied", "lost"),)  # type: ignore[attr-defined]
     retry = result.result(ClusterStep.LOST_RETRY)

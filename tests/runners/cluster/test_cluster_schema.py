@@ -21,6 +21,35 @@ from runners.edge.store import EdgeStore
 
 Schema = tuple[psycopg.Connection[tuple[object, ...]], str]
 
+#: Cluster-only tables (issue 17: the Worker registry and sealed offers, migration 0004): the edge
+#: runner has no remote Workers. They are the *only* difference between the two logical schemas.
+CLUSTER_ONLY_TABLES = {
+    "worker_sessions": [
+        "worker_id",
+        "session_id",
+        "generation",
+        "status",
+        "executor_types",
+        "capacity",
+        "public_key",
+        "session_expires_at_ms",
+        "registered_at_ms",
+        "updated_at_ms",
+        "version",
+    ],
+    "worker_offers": [
+        "attempt_id",
+        "lease_generation",
+        "worker_id",
+        "worker_session_id",
+        "worker_generation",
+        "sealed_token",
+        "created_at_ms",
+    ],
+}
+CLUSTER_ONLY_INDEXES = {"worker_offers_by_session"}
+ALL_VERSIONS = [m.version for m in migrations()]
+
 ENTITY_TABLES: dict[str, type] = {
     "runs": Run,
     "attempts": Attempt,
@@ -73,29 +102,36 @@ def test_the_cluster_schema_has_the_edge_schemas_tables_columns_and_indexes(
 ) -> None:
     """The same logical schema on both runners: the same tables, the same columns in the same
     order (the kernel entity fields), and the same named indexes besides PostgreSQL's own key
-    indexes (`*_pkey`, `*_key`)."""
+    indexes (`*_pkey`, `*_key`); the cluster-only registry tables are the one stated difference
+    (the edge runner has none of them)."""
     conn, name = pg_schema
-    assert migrate(conn) == [1, 2, 3]
+    assert migrate(conn) == ALL_VERSIONS
     cluster = _objects(conn, name)
     edge = _edge_objects(tmp_path / "edge.sqlite3")
+    only = {t: cluster["tables"].pop(t) for t in CLUSTER_ONLY_TABLES}
+    assert only == CLUSTER_ONLY_TABLES
+    assert not set(CLUSTER_ONLY_TABLES) & set(edge["tables"])
     assert cluster["tables"] == edge["tables"]
     for table, entity in ENTITY_TABLES.items():
         assert cluster["tables"][table] == [f.name for f in dataclasses.fields(entity)], table
     named = {i for i in cluster["indexes"] if not i.endswith(("_pkey", "_key"))}
-    assert named == edge["indexes"]
+    assert named >= CLUSTER_ONLY_INDEXES
+    assert not CLUSTER_ONLY_INDEXES & edge["indexes"]
+    assert named - CLUSTER_ONLY_INDEXES == edge["indexes"]
 
 
 def test_migration_records_its_version_and_rerunning_is_a_no_op(pg_schema: Schema) -> None:
     conn, name = pg_schema
-    assert migrate(conn) == [1, 2, 3]
+    assert migrate(conn) == ALL_VERSIONS
     before = _objects(conn, name)
-    initial, role, tasks = migrations()
+    initial, role, tasks, registry = migrations()[:4]
     assert conn.execute(
         "SELECT version, name, checksum FROM schema_version ORDER BY version"
-    ).fetchall() == [
+    ).fetchall()[:4] == [
         (1, "0001_initial", initial.checksum),
         (2, "0002_worker_ingress_role", role.checksum),
         (3, "0003_tasks", tasks.checksum),
+        (4, "0004_worker_registry", registry.checksum),
     ]
     assert migrate(conn) == []
     assert _objects(conn, name) == before
@@ -157,4 +193,4 @@ def test_replicas_migrating_at_once_apply_the_migration_exactly_once(
     for thread in threads:
         thread.join(timeout=60)
     assert errors == []
-    assert sorted(results) == [[], [], [], [1, 2, 3]]
+    assert sorted(results) == [[], [], [], ALL_VERSIONS]

@@ -61,9 +61,9 @@ from kernel.task import (
     fire_attempt_id,
     fire_run_id,
 )
+from runners import task_schedule as local_schedule
 from runners.edge.cron import MINUTE_MS, first_fire_after
 from runners.lifecycle import CycleFailed, CycleReport, CycleSucceeded, LifecycleIncident
-from runners.local import schedule as local_schedule
 from runners.local.app import LocalApplication, wall_clock_ms
 from runners.local.control import ControlReport
 from runners.local.scheduler import SchedulerReport
@@ -144,7 +144,8 @@ def _cycle_line(life: int, report: SchedulerReport) -> str | None:
 
 def plant(name: str, clock: Callable[[], int]) -> None:
     """Plant bug `name` in this process only (module docstring), by the name each caller looks
-    up: `kernel.task.schedule` derives a plan's ids, `runners.local.schedule` plans a cycle."""
+    up: `kernel.task.schedule` derives a plan's ids, `runners.task_schedule` (the phase
+    `runners.local.schedule` re-exports) plans a cycle."""
     patches: dict[str, object]
     if name == "admission_minute_ids":
 
