@@ -37,7 +37,8 @@ def main() -> int:
         worker = WorkerSession(
             "worker-1", "session-1", 1, WorkerSessionStatus.ONLINE, now_ms() + 3_600_000, ("shell",)
         )
-        client = EngineControlPlane(control, {"worker-1": worker}.get, now_ms)
+        sessions = {"worker-1": worker}
+        client = EngineControlPlane(control, lambda _tx, worker_id: sessions.get(worker_id), now_ms)
 
         # The control plane admits a Run and grants its lease to worker-1.
         token = Secret.of("a-lease-token-from-a-csprng-0123456789abcdef", "lease_token")

@@ -134,6 +134,7 @@ from kernel.specs.states import (
     StopResult,
     WorkerSessionStatus,
 )
+from kernel.worker.control_plane_view import AuthorityFacts, authority_facts, control_plane_view
 from kernel.worker.coordinator import CompletionSubmission
 from kernel.worker.reconciler import ControlPlaneView, HandleInspection
 from kernel.worker.record import JournalRecord, Offer, OfferLease, record_violations
@@ -648,6 +649,11 @@ class ModelClient:
             lambda: self.m.check_submission(offer_id, submission),
         )
 
+    def read_authority(
+        self, run_id: str, attempt_id: str, lease_generation: int
+    ) -> AuthorityFacts | None:
+        return self.inner.read_authority(run_id, attempt_id, lease_generation)
+
 
 class ModelFactory:
     """`ExecutionContextFactory`: the real `TokenContextFactory` (a fresh token per Attempt),
@@ -960,7 +966,9 @@ class WorkerMachine(RuleBasedStateMachine):
         self._root = self._tmp / "journal"
         self.sessions: dict[str, WorkerSession] = {WORKER_ID: _session()}
         self.store = ReferenceStore()
-        self.engine = EngineControlPlane(self.store, self.sessions.get, self.clock)
+        self.engine = EngineControlPlane(
+            self.store, lambda _tx, worker_id: self.sessions.get(worker_id), self.clock
+        )
         self.client = ModelClient(self, self.engine)
         self.factory = ModelFactory(self)
         self.executor = ModelExecutor(self)
@@ -1079,24 +1087,17 @@ class WorkerMachine(RuleBasedStateMachine):
         return clean
 
     def _view(self, record: JournalRecord) -> ControlPlaneView | None:
-        """The optional control-plane view of §3.11 (terminal; completed by exactly the
-        record's fences at the next version): a control-plane read, so a port."""
+        """The optional control-plane view of §3.11 (E-3: the kernel's view of the control
+        plane's authority facts): a control-plane read, so a port."""
         self.switch.enter("control.view")
         lease = record.offer.lease
-        agg = self._aggregate(lease.attempt_id)
-        attempt = None if agg is None else agg.attempt(lease.attempt_id)
-        if agg is None or attempt is None:
-            return None
-        row = agg.lease(lease.attempt_id, lease.lease_generation)
-        exact = (
-            row is not None
-            and row.status is LeaseStatus.COMPLETED
-            and row.version == lease.version + 1
-            and (row.worker_id, row.worker_session_id, row.worker_generation)
-            == (lease.worker_id, lease.worker_session_id, lease.worker_generation)
-            and row.token_digest == lease.lease_token.digest()
+        facts = authority_facts(
+            self._aggregate(lease.attempt_id),
+            lease.run_id,
+            lease.attempt_id,
+            lease.lease_generation,
         )
-        return ControlPlaneView(attempt.status in FINAL_ATTEMPT_STATUSES, exact)
+        return None if facts is None else control_plane_view(record, facts)
 
     def _restart(self) -> None:
         """Release the old incarnation's ownership (a dead process's lock would go stale; the

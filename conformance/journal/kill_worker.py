@@ -62,6 +62,7 @@ from typing import Final, TextIO
 from kernel import WorkerSession
 from kernel.specs import Code, InboxState, JournalState, WorkerSessionStatus
 from kernel.worker import (
+    AuthorityFacts,
     CompletionSubmission,
     JournalCorrupt,
     JournalRecord,
@@ -355,6 +356,11 @@ class KillingClient:
         self._killer.hit("after", "complete")
         return answer
 
+    def read_authority(
+        self, run_id: str, attempt_id: str, lease_generation: int
+    ) -> AuthorityFacts | None:
+        return self._inner.read_authority(run_id, attempt_id, lease_generation)
+
 
 class BlindReceiptStore(CompletionReceiptStore):
     """The `blind-receipts` sabotage: a receipt store that never finds a receipt."""
@@ -406,7 +412,10 @@ class KillWorker:
         self.store = EdgeStore(Path(args.control))
         sessions: Mapping[str, WorkerSession] = {WORKER_ID: session()}
         self.client = KillingClient(
-            EngineControlPlane(self.store, sessions.get, self.clock), self.killer
+            EngineControlPlane(
+                self.store, lambda _tx, worker_id: sessions.get(worker_id), self.clock
+            ),
+            self.killer,
         )
         store_type = (
             BlindReceiptStore if args.sabotage == "blind-receipts" else CompletionReceiptStore

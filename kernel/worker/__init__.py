@@ -9,6 +9,7 @@ conformance suite import from here, not from the modules.
 - `auditor`, `reconciler`, `coordinator`, `supervisor`: startup audit (§3.10), evidence
   (§3.11), the irreversible completion order (§3.12), startup recovery and the completion poll
   (§3.13, E-6);
+- `control_plane_view`: the Worker's control-plane read (E-3) and the §3.11 view built from it;
 - `lease_lifecycle`, `lease_loss`: renewal and loss decisions (§3.15, WM-8);
 - `retention`: terminal retention and settled receipt cleanup (§3.14, CAD-15).
 """
@@ -31,6 +32,11 @@ from kernel.worker.codec import (
     decode_record,
     encode_record,
     record_document,
+)
+from kernel.worker.control_plane_view import (
+    AuthorityFacts,
+    authority_facts,
+    control_plane_view,
 )
 from kernel.worker.coordinator import (
     RELEASES_LEASE,
@@ -55,6 +61,7 @@ from kernel.worker.delivery import (
     DeliveryDecision,
     Merge,
     decide_delivery,
+    offer_execution_spec,
 )
 from kernel.worker.journal import (
     CompletionAcknowledged,
@@ -154,6 +161,7 @@ from kernel.worker.reconciler import (
     Reconciliation,
     RunningObserved,
     Submission,
+    TerminalFacts,
     UnknownInboxReason,
     UnknownObserved,
     WaitGrace,
@@ -163,6 +171,8 @@ from kernel.worker.reconciler import (
     authority,
     completion_submission,
     first_step,
+    reads_control_plane,
+    same_completion,
 )
 from kernel.worker.record import (
     JournalRecord,
@@ -219,6 +229,7 @@ __all__ = [
     "AuditPage",
     "AuditProgress",
     "AuditResult",
+    "AuthorityFacts",
     "CleanupOutcome",
     "CompletionAcknowledged",
     "CompletionObserved",
@@ -305,6 +316,7 @@ __all__ = [
     "StartingAcknowledged",
     "StopHandle",
     "Submission",
+    "TerminalFacts",
     "TrackLease",
     "Unanswered",
     "UnknownInboxReason",
@@ -331,6 +343,7 @@ __all__ = [
     "audit_page",
     "audit_result",
     "authority",
+    "authority_facts",
     "before_reconcile",
     "begin",
     "check_action_budget",
@@ -338,6 +351,7 @@ __all__ = [
     "check_retention_ms",
     "cleanup_of",
     "completion_submission",
+    "control_plane_view",
     "decide_delivery",
     "decide_lease_loss",
     "decode_record",
@@ -354,6 +368,7 @@ __all__ = [
     "needs_recovery",
     "observation_ms",
     "observed",
+    "offer_execution_spec",
     "overall",
     "plan_completion",
     "plan_coordination",
@@ -361,6 +376,7 @@ __all__ = [
     "plan_recovery",
     "poll_action",
     "quiet_after_conflict",
+    "reads_control_plane",
     "record_document",
     "record_violations",
     "renew_interval_ms",
@@ -368,6 +384,7 @@ __all__ = [
     "result_of",
     "retention_eligible",
     "running_ack_eligible",
+    "same_completion",
     "start_failure_replays",
     "steps_for",
     "tracks",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import icontract
 
-from kernel.entities import WorkerSession
+from kernel.entities import Run, WorkerSession
 from kernel.identity import (
     IdentityError,
     execution_spec_digest,
@@ -40,6 +40,16 @@ from kernel.worker.record import JournalRecord, Offer
 
 #: D-4 [decision]: the ExecutionSpec names the Attempt it is for with these keys.
 SPEC_IDENTITY_KEYS = ("run_id", "attempt_id", "project_id", "task_id", "task_revision")
+
+
+def offer_execution_spec(
+    run: Run, attempt_id: str, document: Mapping[str, object]
+) -> dict[str, object]:
+    """The ExecutionSpec a control plane offers for `attempt_id` of `run` (§3.2): the task's
+    document (argv, cwd, env, ...) with the identity D-4 checks it against — the Run, Attempt,
+    Project, Task and Task revision — so an offer whose spec drifted is refused."""
+    identity = (run.run_id, attempt_id, run.project_id, run.task_id, run.task_revision)
+    return {**document, **dict(zip(SPEC_IDENTITY_KEYS, identity, strict=True))}
 
 
 @dataclass(frozen=True, slots=True)

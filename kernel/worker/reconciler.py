@@ -9,7 +9,10 @@ has no start, stop, ACK or remove step, so nothing here can spawn, signal or del
 
 `authority(...)` and `completion_submission(...)` decide whether a `completion_observed` may be
 submitted: only by the record's own fences while they are `current` (or for the exact-replay
-case [decision §3.11]); a new session never submits for an old one.
+case [decision §3.11]); a new session never submits for an old one. The exact-replay case needs
+the control plane's own terminal facts (`TerminalFacts`, read through E-3 and turned into a
+`ControlPlaneView` by `kernel.worker.control_plane_view`) to equal the receipt's: D-8 allows
+only a byte-identical replay, so "the same facts" are exactly what T6r compares.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 from kernel.entities import WorkerSession
 from kernel.specs.codes import Code
 from kernel.specs.journal import JournalState
-from kernel.specs.states import CompletionOutcome, WorkerSessionStatus
+from kernel.specs.states import AttemptStatus, CompletionOutcome, WorkerSessionStatus
 from kernel.worker.record import JournalRecord
 
 
@@ -193,12 +196,36 @@ def authority(record: JournalRecord, runtime: WorkerSession, observed_at_ms: int
 
 
 @dataclass(frozen=True, slots=True)
+class TerminalFacts:
+    """E-3: the control plane's facts of a final Attempt, as T6r compares them with a replayed
+    completion: its status (the completion's outcome, or `lost`), callback sequence and exit
+    code. No token, digest or handle (S-1)."""
+
+    status: AttemptStatus
+    callback_sequence: int
+    exit_code: int | None
+
+
+def same_completion(control: TerminalFacts, receipt: ReceiptFacts) -> bool:
+    """The "same facts" of D-8/E-3: exactly what T6r (`complete_with_lease`) requires of an
+    exact replay besides the fences: callback sequence, outcome and exit code."""
+    return (
+        control.callback_sequence == receipt.callback_sequence
+        and control.status.value == receipt.outcome.value
+        and control.exit_code == receipt.exit_code
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class ControlPlaneView:
-    """The optional control-plane view of the record's lease: terminal, and whether the lease
-    is `completed` by exactly the record's fences at `record.lease.version + 1`."""
+    """The optional control-plane view of the record's lease (§3.11, E-3): `terminal` (the
+    record's lease is over in the control plane or its Attempt is final), whether the lease is
+    `completed` by exactly the record's fences at `record.lease.version + 1`, and the Attempt's
+    `completion` facts when it is final. Built by `control_plane_view`."""
 
     terminal: bool
     completed_by_record_fences_at_next_version: bool = False
+    completion: TerminalFacts | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,16 +254,27 @@ class Reconciliation:
     probes: int
 
 
+def reads_control_plane(evidence: InboxEvidence) -> bool:
+    """Whether the submission decision for `evidence` depends on the control-plane view: only a
+    `completion_observed` does (§3.11), so recovery reads the control plane (E-3) for it only."""
+    return isinstance(evidence, CompletionObserved)
+
+
 def completion_submission(
     evidence: InboxEvidence, authority_value: Code, view: ControlPlaneView | None
 ) -> Submission | None:
     """§3.11 for `completion_observed` (else `None`): ready when the authority is current and
-    the control plane is not known terminal; also ready for the exact-replay case; otherwise
-    blocked (INBOX-33)."""
+    the control plane is not known terminal; also ready for the exact-replay case, when the
+    control plane's completion facts equal the receipt's (D-8, E-3: T6r would answer
+    `already_terminal`); any other terminal fact blocks with `control_plane_terminal`;
+    otherwise blocked by the authority (INBOX-33, INBOX-35)."""
     if not isinstance(evidence, CompletionObserved):
         return None
     if view is not None and view.completed_by_record_fences_at_next_version:
-        return Submission(ready=True)
+        done = view.completion
+        if done is not None and same_completion(done, evidence.facts):
+            return Submission(ready=True)
+        return Submission(ready=False, reason=Code.CONTROL_PLANE_TERMINAL)
     if view is not None and view.terminal:
         return Submission(ready=False, reason=Code.CONTROL_PLANE_TERMINAL)
     if authority_value is not Code.CURRENT:

@@ -1,11 +1,16 @@
-"""The Worker's control-plane client on a runner's storage port (SPEC §1.7 T1-T6, §3.2, §3.5).
+"""The Worker's control-plane client on a runner's storage port (SPEC §1.7 T1-T6, §3.2, §3.5,
+E-3).
 
 `EngineControlPlane` is the in-process client a Worker uses when the control plane is a runner
 in the same deployment (edge: the SQLite `EdgeStore`; cluster: the `ClusterStore`): each call
-builds the kernel command from the journal's lease snapshot and the control plane's current
-view of the Worker session, runs it through `runners.engine.execute` (one transaction, the
-kernel decides, replay semantics T2r/T4r/T6r included), and answers with the kernel's code
-plus the lease's current version and expiry. No business rule lives here.
+builds the kernel command from the journal's lease snapshot, runs it through
+`runners.engine.execute_observed` (one transaction, the kernel decides, replay semantics
+T2r/T4r/T6r included), and answers with the kernel's code plus the lease's current version and
+expiry. The Worker session a fenced command carries is read inside that transaction, after the
+load (`resolve=`): the registry's value at database time under the command's own snapshot,
+never one read before the transaction began (issue 17). `read_authority` is the one read
+(E-3): the lease authority and completion facts (`kernel.worker.authority_facts`) in one
+transaction that writes nothing. No business rule lives here.
 
 `offer_for` is the dispatcher's half of §3.2: the offer the control plane hands a Worker for a
 granted lease (its `offer_id` derived from the lease authority, §0.4, and the ExecutionSpec's
@@ -14,11 +19,13 @@ digest), so tests and the kill matrix deliver exactly what a control plane would
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 
 from kernel import (
     AcknowledgeRunning,
     AcknowledgeStarting,
+    Command,
     CompleteWithLease,
     FailStart,
     Fence,
@@ -30,21 +37,33 @@ from kernel import (
     execution_spec_digest,
     offer_id,
 )
-from kernel.specs import DeliveryKind, LeaseStatus
+from kernel.specs import DeliveryKind, LeaseStatus, WorkerSessionStatus
 from kernel.worker import (
+    AuthorityFacts,
     CompletionSubmission,
     Offer,
     OfferCandidate,
     OfferLease,
     OfferWorker,
+    authority_facts,
     lease_answer,
 )
-from runners.engine import Storage, execute_observed
+from runners.engine import Storage, StorageTransaction, execute_observed
 from runners.worker.ports import Clock, ControlPlaneUnavailable, LeaseAck
 
-#: The control plane's current view of a Worker (K-4: a command input, never looked up by
-#: the kernel). `None`: the control plane does not know the Worker.
-SessionView = Callable[[str], WorkerSession | None]
+#: The control plane's view of a Worker (K-4: a command input, never looked up by the kernel),
+#: read in the command's open transaction (the cluster registry's table at database time; an
+#: in-memory view ignores the transaction). `None`: the control plane does not know the Worker.
+SessionView = Callable[[StorageTransaction, str], WorkerSession | None]
+
+_Fenced = AcknowledgeStarting | RenewLease | AcknowledgeRunning | FailStart | CompleteWithLease
+
+
+def _unresolved(worker_id: str, session_id: str, generation: int) -> WorkerSession:
+    """The session a command is built with before its transaction (the fence's own names);
+    `resolve` replaces it after the load. Were it ever to reach the kernel it is offline and
+    expired, so the fence refuses (fail closed)."""
+    return WorkerSession(worker_id, session_id, generation, WorkerSessionStatus.OFFLINE, 0, ())
 
 
 def _fence(lease: OfferLease, expected_version: int | None = None) -> Fence:
@@ -62,7 +81,8 @@ class EngineControlPlane:
     """`ControlPlaneClient` over a `runners.engine.Storage` (module docstring).
 
     :param storage: the control plane's store (edge or cluster).
-    :param sessions: the control plane's current Worker session view.
+    :param sessions: the control plane's Worker session view, called with the command's open
+        transaction and the fence's Worker id.
     :param clock: the control plane's observation time for each command.
     """
 
@@ -78,26 +98,26 @@ class EngineControlPlane:
 
     # -- ControlPlaneClient ----------------------------------------------------------------
     def acknowledge_starting(self, lease: OfferLease) -> LeaseAck:
-        worker = self._worker(lease)
+        worker = _unresolved(lease.worker_id, lease.worker_session_id, lease.worker_generation)
         command = AcknowledgeStarting(lease.run_id, lease.attempt_id, _fence(lease), worker)
         return self._run(command, lease)
 
     def renew(self, lease: OfferLease, duration_ms: int) -> LeaseAck:
-        worker = self._worker(lease)
+        worker = _unresolved(lease.worker_id, lease.worker_session_id, lease.worker_generation)
         command = RenewLease(lease.run_id, lease.attempt_id, _fence(lease), worker, duration_ms)
         return self._run(command, lease)
 
     def acknowledge_running(
         self, lease: OfferLease, executor_handle: str, started_at_ms: int
     ) -> LeaseAck:
-        worker = self._worker(lease)
+        worker = _unresolved(lease.worker_id, lease.worker_session_id, lease.worker_generation)
         command = AcknowledgeRunning(
             lease.run_id, lease.attempt_id, _fence(lease), worker, executor_handle, started_at_ms
         )
         return self._run(command, lease)
 
     def fail_start(self, lease: OfferLease, failure_code: str) -> LeaseAck:
-        worker = self._worker(lease)
+        worker = _unresolved(lease.worker_id, lease.worker_session_id, lease.worker_generation)
         command = FailStart(lease.run_id, lease.attempt_id, _fence(lease), worker, failure_code)
         return self._run(command, lease)
 
@@ -111,34 +131,44 @@ class EngineControlPlane:
             lease_token=s.lease_token,
             expected_version=s.expected_version,
         )
-        worker = self._session(s.worker_id)
+        worker = _unresolved(s.worker_id, s.worker_session_id, s.worker_generation)
         command = CompleteWithLease(
             s.run_id, s.attempt_id, fence, worker, s.callback_sequence, s.outcome, s.exit_code
         )
         return self._ack(self._execute(command), s.attempt_id, s.lease_generation)
 
+    def read_authority(
+        self, run_id: str, attempt_id: str, lease_generation: int
+    ) -> AuthorityFacts | None:
+        """E-3: the aggregate loaded in one transaction that writes nothing, answered by the
+        kernel's `authority_facts`. A storage failure is `ControlPlaneUnavailable("storage")`."""
+        try:
+            with self._storage.transaction() as tx:
+                aggregate = tx.load_run_of_attempt(attempt_id)
+            return authority_facts(aggregate, run_id, attempt_id, lease_generation)
+        except Exception:  # storage or lock failure: nothing is known
+            raise ControlPlaneUnavailable("storage") from None
+
     # -- internals --------------------------------------------------------------------------
-    def _worker(self, lease: OfferLease) -> WorkerSession:
-        return self._session(lease.worker_id)
+    def _execute(self, command: _Fenced) -> Outcome:
+        worker_id = command.fence.worker_id
 
-    def _session(self, worker_id: str) -> WorkerSession:
-        worker = self._sessions(worker_id)
-        if worker is None:
-            raise ControlPlaneUnavailable("worker_unknown")
-        return worker
+        def resolve(tx: StorageTransaction, _built: Command) -> Command:
+            # The session is read here, in the command's transaction after the load: the value
+            # the kernel decides on is the one committed under the same snapshot (issue 17).
+            worker = self._sessions(tx, worker_id)
+            if worker is None:  # raising rolls the transaction back; nothing was written
+                raise ControlPlaneUnavailable("worker_unknown")
+            return dataclasses.replace(command, worker=worker)
 
-    def _execute(
-        self,
-        command: AcknowledgeStarting
-        | RenewLease
-        | AcknowledgeRunning
-        | FailStart
-        | CompleteWithLease,
-    ) -> Outcome:
         try:
             # The time is read inside the transaction, after the load (and its locks): the
             # times of conflicting commands then follow their commit order (PG-4).
-            return execute_observed(self._storage, command, lambda _tx: self._clock())
+            return execute_observed(
+                self._storage, command, lambda _tx: self._clock(), resolve=resolve
+            )
+        except ControlPlaneUnavailable:
+            raise
         except Exception:  # storage or lock failure: nothing is known about the outcome
             raise ControlPlaneUnavailable("storage") from None
 

@@ -8,6 +8,12 @@ receipt; or the running-ACK recovery (`started` + `current` + `running` + no rec
 port answer goes back to the kernel, which names the next step or the outcome. Concurrent
 recovery of one offer in one process is coalesced. Results carry ids, states, codes, sequences
 and exit codes only (S-1).
+
+`Coordinator.read_view(record)` is the control-plane read recovery builds the §3.11 view from
+(E-3): one `read_authority` through the same client, turned into a `ControlPlaneView` by the
+kernel (`control_plane_view`). With it, a record whose completion the control plane already
+accepted under exactly the record's fences converges by exact replay (`already_terminal`, D-8)
+after a restart as a new session or after lease expiry (INBOX-35); a failed read is no view.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from kernel.worker import (
     SETTLED,
     AckRunning,
     CompletionSubmission,
+    ControlPlaneView,
     CoordinatorOutcome,
     FinishRecovery,
     Found,
@@ -31,6 +38,7 @@ from kernel.worker import (
     after_receipt_delete,
     after_running_ack,
     after_submission,
+    control_plane_view,
     plan_coordination,
 )
 from runners.worker.in_flight import InFlight
@@ -76,6 +84,18 @@ class Coordinator:
 
     def __repr__(self) -> str:
         return "Coordinator()"
+
+    def read_view(self, record: JournalRecord) -> ControlPlaneView | None:
+        """E-3: one control-plane read for `record`'s lease, as the kernel's view; `None` when
+        the read failed or the control plane knows no such lease (no view: fail closed)."""
+        lease = record.offer.lease
+        try:
+            facts = self._client.read_authority(
+                lease.run_id, lease.attempt_id, lease.lease_generation
+            )
+        except Exception:  # ControlPlaneUnavailable or a broken port: nothing is known
+            return None
+        return None if facts is None else control_plane_view(record, facts)
 
     def recover(self, seen: JournalRecord, reconciliation: Reconciliation) -> CoordinatorResult:
         """Coalesced per offer: a concurrent call joins the one in flight (WR-5)."""

@@ -8,7 +8,9 @@ adapters and the real POSIX executor, or against a model that crashes at any cal
   (`acknowledge_running`), T5 (`fail_start`) and T6 (`complete`). Replay semantics are the
   control plane's (T2r, T4r, T6r): an exact repeat answers `Replayed`, so a caller may repeat
   a command whose response it lost. A transport that cannot reach the control plane raises
-  `ControlPlaneUnavailable`; the caller then leaves the journal record as it is.
+  `ControlPlaneUnavailable`; the caller then leaves the journal record as it is. Its one read,
+  `read_authority` (E-3), answers the lease authority and completion facts recovery builds its
+  `ControlPlaneView` from (`kernel.worker.control_plane_view`).
 - `ExecutionContextFactory.prepare()`: reclaimable preparation only (§3.5 step 6); it never
   spawns. A refusal is `PrepareRefused(code)`.
 - `Executor.start()`: called at most once per offer (I-J1). `ExecutorRefused(code)` is an
@@ -28,6 +30,7 @@ from typing import Protocol
 from kernel import Secret
 from kernel.specs import StopResult
 from kernel.worker import (
+    AuthorityFacts,
     CompletionSubmission,
     HandleInspection,
     JournalRecord,
@@ -71,6 +74,17 @@ class ControlPlaneClient(Protocol):
     def fail_start(self, lease: OfferLease, failure_code: str) -> LeaseAck: ...
 
     def complete(self, submission: CompletionSubmission) -> LeaseAck: ...
+
+    def read_authority(
+        self, run_id: str, attempt_id: str, lease_generation: int
+    ) -> AuthorityFacts | None:
+        """E-3: the control plane's current facts about the Attempt's lease of
+        `lease_generation` (`kernel.worker.AuthorityFacts`), read without writing anything;
+        `None` when it knows no such lease.
+
+        :raises ControlPlaneUnavailable: the control plane could not be asked.
+        """
+        ...
 
 
 @dataclass(frozen=True, slots=True)

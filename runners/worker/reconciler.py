@@ -1,11 +1,14 @@
 """The recovery Reconciler on the real ports (SPEC §3.11; INBOX-29..INBOX-33, INBOX-38).
 
-`Reconciler.reconcile(record, observed_at_ms, runtime, view)`: evidence only. It walks the
-kernel's step machine (`kernel.worker.reconciler`): read the receipt, inspect only when there is
-none, re-read after `exited` and once more after the publish grace; the authority and whether a
-completion may be submitted are the kernel's too. Its ports are a receipt reader that
-authenticates (`ReceiptEvidencePort`) and the persisted-execution inspector: it has no start,
-stop, ACK or remove port. Results carry ids, states, evidence and codes only (S-1).
+`Reconciler.reconcile(record, observed_at_ms, runtime, view, read_view=...)`: evidence only. It
+walks the kernel's step machine (`kernel.worker.reconciler`): read the receipt, inspect only
+when there is none, re-read after `exited` and once more after the publish grace; the authority
+and whether a completion may be submitted are the kernel's too. Its ports are a receipt reader
+that authenticates (`ReceiptEvidencePort`), the persisted-execution inspector and the optional
+control-plane view (§3.11), read through `read_view` (E-3) at most once and only when the
+kernel's decision depends on it (`reads_control_plane`: a `completion_observed`); a failed read
+is no view (fail closed). It has no start, stop, ACK or remove port. Results carry ids, states,
+evidence and codes only (S-1).
 """
 
 from __future__ import annotations
@@ -33,12 +36,14 @@ from kernel.worker import (
     authority,
     completion_submission,
     first_step,
+    reads_control_plane,
 )
 from runners.worker.ports import Inspector
 
 __all__ = [
     "DEFAULT_GRACE_MS",
     "MAX_GRACE_MS",
+    "ReadView",
     "ReceiptEvidencePort",
     "Reconciler",
     "Reconciliation",
@@ -47,6 +52,10 @@ __all__ = [
 #: §3.11 step 4 [decision B-52: default 100 ms], at most 5 s (the §6.3 budget table).
 DEFAULT_GRACE_MS: Final = budget_for(Profile.WORKER).receipt_publish_grace_ms or 0
 MAX_GRACE_MS: Final = HARD_LIMITS.receipt_publish_grace_max_ms
+
+#: Reads the control-plane view of one record (E-3: one control-plane read). `None`: no view
+#: (the read failed or the control plane knows no such lease).
+ReadView = Callable[[JournalRecord], ControlPlaneView | None]
 
 
 class ReceiptEvidencePort(Protocol):
@@ -88,7 +97,11 @@ class Reconciler:
         observed_at_ms: int,
         runtime: WorkerSession,
         view: ControlPlaneView | None = None,
+        *,
+        read_view: ReadView | None = None,
     ) -> Reconciliation:
+        """One record's pass. `view` is a view already read; otherwise `read_view` is called
+        once, after the evidence, when the kernel's submission decision depends on it."""
         step = first_step()
         receipt = ReceiptCheck.ABSENT
         inspection: HandleInspection | None = None
@@ -111,6 +124,11 @@ class Reconciler:
             elif isinstance(step, WaitGrace):
                 self._sleep(self._grace_ms / 1000)
                 step = after_grace()
+        if view is None and read_view is not None and reads_control_plane(step.evidence):
+            try:
+                view = read_view(record)
+            except Exception:  # a failed read is no view: today's fail-closed behaviour
+                view = None
         value = authority(record, runtime, observed_at_ms)
         return Reconciliation(
             offer_id=record.offer_id,

@@ -11,7 +11,11 @@
 The parts are the modules of `runners.worker`; this class only wires them to one journal, one
 control-plane client, one executor and one receipt store, with the supervisor as the inbox
 lifecycle's injected startup recovery and the receipt cleanup of `runners.worker.retention`
-as its `settled_completion` action. It starts no thread unless `start_timer()` is called.
+as its `settled_completion` action. Startup recovery and the completion poll read the control
+plane (E-3, `Coordinator.read_view`) for a record with completion evidence, so a record whose
+completion the control plane already accepted converges by exact replay after a restart as a
+new session or after lease expiry (INBOX-35). It starts no thread unless `start_timer()` is
+called.
 """
 
 from __future__ import annotations
@@ -136,6 +140,7 @@ class WorkerRuntime:
             runtime=session,
             clock=clock,
             budget=recovery_budget,
+            view=self.coordinator.read_view,  # §3.11's view through the client's read (E-3)
         )
         budget = (
             audit_budget if audit_budget is not None else _default_audit_budget(journal.capacity)

@@ -6,7 +6,10 @@ then each planned action serially, one low-sensitivity code per failing item; th
 still run. `reconcile_one(offer_id, observed_at_ms)` is one record's pass: the kernel's
 `before_reconcile` (§3.7: a `launching` record with no operation in flight becomes
 `recovery_required(launch_outcome_unknown)` first; a final record has nothing to do), then the
-Reconciler, then the Coordinator. It owns no timer and opens no transport.
+Reconciler, then the Coordinator. The Reconciler's control-plane view (§3.11) is read through
+the Coordinator's client (`Coordinator.read_view`, E-3; one read per record, only for a
+`completion_observed`) unless a `view` reader is injected. It owns no timer and opens no
+transport.
 """
 
 from __future__ import annotations
@@ -19,10 +22,8 @@ from kernel.specs import Code, Profile, budget_for
 from kernel.worker import (
     AuditResult,
     CleanupOutcome,
-    ControlPlaneView,
     CoordinatorOutcome,
     Found,
-    JournalRecord,
     MarkLaunchUnknown,
     RecoveryAction,
     Written,
@@ -34,7 +35,7 @@ from kernel.worker import (
 from runners.worker.coordinator import Coordinator, CoordinatorResult
 from runners.worker.journal.engine import JournalEngine
 from runners.worker.journal.port import JournalStore
-from runners.worker.reconciler import Reconciler
+from runners.worker.reconciler import ReadView, Reconciler
 
 __all__ = ["CleanReceipt", "StartupSupervisor", "SupervisorItem", "SupervisorResult"]
 
@@ -86,7 +87,7 @@ class StartupSupervisor:
         runtime: Callable[[], WorkerSession],
         clock: Callable[[], int],
         budget: int = DEFAULT_ACTION_BUDGET,
-        view: Callable[[JournalRecord], ControlPlaneView | None] | None = None,
+        view: ReadView | None = None,
     ) -> None:
         self._engine = JournalEngine(journal, clock)
         self._reconciler = reconciler
@@ -95,7 +96,8 @@ class StartupSupervisor:
         self._runtime = runtime
         self._clock = clock
         self._budget = budget
-        self._view = view
+        # §3.11's optional view, read through the control-plane client (E-3) by default.
+        self._view: ReadView = coordinator.read_view if view is None else view
 
     def __repr__(self) -> str:
         return f"StartupSupervisor(budget={self._budget})"
@@ -141,6 +143,7 @@ class StartupSupervisor:
             step = before_reconcile(record)
         if isinstance(step, CoordinatorOutcome):
             return CoordinatorResult(offer_id, step)
-        view = None if self._view is None else self._view(record)
-        reconciliation = self._reconciler.reconcile(record, observed_at_ms, self._runtime(), view)
+        reconciliation = self._reconciler.reconcile(
+            record, observed_at_ms, self._runtime(), read_view=self._view
+        )
         return self._coordinator.recover(record, reconciliation)

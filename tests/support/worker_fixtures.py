@@ -23,6 +23,7 @@ from kernel.identity import Secret
 from kernel.outcomes import Applied
 from kernel.specs.journal import DeliveryKind
 from kernel.specs.states import StopResult, WorkerSessionStatus
+from kernel.worker.control_plane_view import AuthorityFacts
 from kernel.worker.coordinator import CompletionSubmission
 from kernel.worker.reconciler import HandleInspection, ReceiptCheck, ReceiptFacts
 from kernel.worker.record import JournalRecord, Offer, OfferLease
@@ -128,7 +129,9 @@ class ControlPlane:
         self.clock = clock
         self.sessions: dict[str, WorkerSession] = {WORKER_ID: session()}
         self.specs: dict[str, dict[str, object]] = {}
-        self.engine = EngineControlPlane(self.store, self.sessions.get, clock)
+        self.engine = EngineControlPlane(
+            self.store, lambda _tx, worker_id: self.sessions.get(worker_id), clock
+        )
         self.client = SwitchableClient(self.engine)
 
     def close(self) -> None:
@@ -182,12 +185,14 @@ class ControlPlane:
 
 
 class SwitchableClient:
-    """The real client, with per-method overrides a test installs (`overrides[name] = fn`),
-    for "the response was lost" and "the control plane is unreachable" windows."""
+    """The real client, with per-method overrides a test installs (`overrides[name] = fn`;
+    the E-3 read: `reads["read_authority"] = fn`), for "the response was lost" and "the
+    control plane is unreachable" windows."""
 
     def __init__(self, inner: EngineControlPlane) -> None:
         self.inner = inner
         self.overrides: dict[str, Callable[..., LeaseAck]] = {}
+        self.reads: dict[str, Callable[..., AuthorityFacts | None]] = {}
         self.calls: list[str] = []
 
     def _call(self, name: str, *args: Any) -> LeaseAck:
@@ -214,6 +219,15 @@ class SwitchableClient:
 
     def complete(self, submission: CompletionSubmission) -> LeaseAck:
         return self._call("complete", submission)
+
+    def read_authority(
+        self, run_id: str, attempt_id: str, lease_generation: int
+    ) -> AuthorityFacts | None:
+        self.calls.append("read_authority")
+        override = self.reads.get("read_authority")
+        if override is not None:
+            return override(run_id, attempt_id, lease_generation)
+        return self.inner.read_authority(run_id, attempt_id, lease_generation)
 
 
 def unavailable(*args: object) -> LeaseAck:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kernel.entities import WorkerSession
 from kernel.specs.codes import Code
-from kernel.specs.states import CompletionOutcome, WorkerSessionStatus
+from kernel.specs.states import AttemptStatus, CompletionOutcome, WorkerSessionStatus
 from kernel.worker.journal import JournalApplied, journal_step
 from kernel.worker.reconciler import (
     CompletionObserved,
@@ -24,6 +24,7 @@ from kernel.worker.reconciler import (
     ReceiptFacts,
     RunningObserved,
     Submission,
+    TerminalFacts,
     UnknownInboxReason,
     UnknownObserved,
     WaitGrace,
@@ -192,8 +193,15 @@ def test_authority_precedence_and_blocked_submissions() -> None:
     assert completion_submission(done, Code.CURRENT, terminal) == Submission(
         False, Code.CONTROL_PLANE_TERMINAL
     )
-    replay = ControlPlaneView(terminal=True, completed_by_record_fences_at_next_version=True)
+    same = TerminalFacts(AttemptStatus.SUCCEEDED, FACTS.callback_sequence, FACTS.exit_code)
+    replay = ControlPlaneView(
+        True, completed_by_record_fences_at_next_version=True, completion=same
+    )
     assert completion_submission(done, Code.SESSION_FENCED, replay) == Submission(ready=True)
+    unknown_facts = ControlPlaneView(True, completed_by_record_fences_at_next_version=True)
+    assert completion_submission(done, Code.SESSION_FENCED, unknown_facts) == Submission(
+        False, Code.CONTROL_PLANE_TERMINAL
+    )  # E-3: a replay only with the control plane's facts equal to the receipt's
     assert completion_submission(RunningObserved(), Code.CURRENT, None) is None
 
 
