@@ -63,6 +63,7 @@ COMMANDS: Mapping[str, str] = {
     "task": "conformance.cli.tasks",
     "submit": "conformance.cli.submit",
     "serve": "conformance.cli.serve",
+    "worker": "conformance.cli.worker",
     "status": "conformance.cli.status",
     "logs": "conformance.cli.logs",
     "cancel": "conformance.cli.cancel",
