@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from conformance.run.corpus import RUN_CORPUS, trace_paths
 from kernel import effects, entities
 from kernel.specs import states
+from tests.support.wiring_traces import WIRING, wiring_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "adapter-guide.md"
@@ -98,8 +100,12 @@ def test_the_enum_table_is_every_enum_a_stored_field_has() -> None:
 @pytest.mark.spec("RUN-06", "RETRY-10")
 def test_the_walkthrough_takes_a_newcomer_to_a_passing_adapter(tmp_path: Path) -> None:
     """The guide's §0 block, run as written in an empty folder with the installed `qlk` and
-    `pytest` and no PYTHONPATH: the example JSON store passes replay, guard mode and kill mode
-    through the adapter port, and the pytest plugin."""
+    `pytest` and no PYTHONPATH: the example JSON store passes replay of the whole bundled corpus,
+    guard mode and kill mode through the adapter port (`qlk conform`, the one full replay of this
+    store in the suite), and the pytest plugin. The plugin's step is the same replay through
+    pytest, so it gets the fixed WIRING subset (tests/support/wiring_traces.py) through its own
+    documented option, `--ql3-traces`, given the way pytest takes options from the environment
+    (`PYTEST_ADDOPTS`): the commands stay exactly as the guide writes them."""
     commands = _block_after("walkthrough:", "sh")
     assert any(c.startswith("qlk conform ") for c in commands)
     env = {
@@ -109,6 +115,7 @@ def test_the_walkthrough_takes_a_newcomer_to_a_passing_adapter(tmp_path: Path) -
     }
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["QL3_KERNEL"] = str(ROOT)
+    env["PYTEST_ADDOPTS"] = f"--ql3-traces={wiring_traces(tmp_path)}"
     script = "\n".join(["set -euo pipefail", *commands])
     done = subprocess.run(
         [shutil.which("bash") or "/bin/bash", "-c", script],
@@ -132,7 +139,10 @@ def test_the_walkthrough_takes_a_newcomer_to_a_passing_adapter(tmp_path: Path) -
     assert re.search(
         r"^guard mode: \d+ write paths, \d+ stale writes probed .* 0 accepted", out, re.M
     )
-    assert re.search(r"^\d+ passed", out, re.M), out[-3000:]  # the pytest plugin's summary
+    # the pytest plugin's summary: one test per WIRING trace, plus guard-mode
+    assert re.search(rf"^{len(WIRING) + 1} passed in ", out, re.M), out[-3000:]
+    # qlk conform replayed the whole bundled corpus (the plugin's subset did not reach it)
+    assert f"qlk conform: {len(trace_paths())} traces from {RUN_CORPUS} against " in out
     suite = ET.parse(tmp_path / "my-adapter" / "report.xml").getroot()
     assert suite.get("failures") == "0"
     kill_case = suite.find("testcase[@name='kill mode']")

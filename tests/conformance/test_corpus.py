@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 from conformance.journal.trace import JOURNAL_CORPUS
@@ -18,13 +17,11 @@ from conformance.run.replay import replay
 from conformance.run.trace import dumps, loads
 from kernel.specs.properties import PROPERTIES
 from model_tests.corpus.__main__ import main as corpus_main
+from tests.support.trace_schema import validate_line
 
 PATHS = trace_paths()
 NAMED = [p for p in PATHS if p.parent == RUN_CORPUS]
 GENERATED = [p for p in PATHS if p.parent != RUN_CORPUS]
-SCHEMA = json.loads(
-    (RUN_CORPUS.parents[1] / "run" / "trace.schema.json").read_text(encoding="utf-8")
-)
 CONF_ITEMS = sorted(
     p.id
     for p in PROPERTIES.values()
@@ -90,7 +87,7 @@ def test_named_trace_round_trips_and_matches_the_schema(path: Path) -> None:
     text = read_text(path)
     assert dumps(loads(text)) == text
     for line in text.splitlines():
-        jsonschema.validate(json.loads(line), SCHEMA)
+        validate_line(json.loads(line))
 
 
 @pytest.mark.slow  # regenerates the whole corpus

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -31,11 +29,7 @@ from conformance.run.trace import (
 )
 from kernel import AdmitRun, Command
 from tests.support.sim import Sim, advance_clock, draw_command
-
-ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = json.loads(
-    (ROOT / "conformance" / "run" / "trace.schema.json").read_text(encoding="utf-8")
-)
+from tests.support.trace_schema import validate_line
 
 FAULTS = st.one_of(
     st.none(),
@@ -86,7 +80,7 @@ def test_every_line_matches_the_schema_and_replays(data: st.DataObject) -> None:
     replays on a fresh reference adapter with no divergence."""
     trace = record_random(data, 15)
     for line in dumps(trace).splitlines():
-        jsonschema.validate(json.loads(line), SCHEMA)
+        validate_line(json.loads(line))
     result = replay(loads(dumps(trace)), ReferenceAdapter)
     assert result.divergence is None, result.divergence.render() if result.divergence else ""
     assert result.steps == len(trace.steps)

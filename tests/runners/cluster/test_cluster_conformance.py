@@ -11,6 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from conformance.report import run_corpus
 from conformance.run.cluster import CAPABILITIES, make_cluster_adapter
 from conformance.run.corpus import RUN_CORPUS, read_trace, spec_id_of, trace_paths
 from conformance.run.guards import probe_every_write
@@ -19,20 +20,27 @@ from conformance.run.replay import replay
 NAMED = [p for p in trace_paths(RUN_CORPUS) if p.parent == RUN_CORPUS]
 
 
-@pytest.mark.slow  # every named trace on PostgreSQL, about 5 s
+@pytest.mark.slow  # every named trace on PostgreSQL, about 30 s
 def test_every_applicable_named_trace_replays_without_divergence(pg_dsn: str) -> None:
-    factory = functools.partial(make_cluster_adapter, pg_dsn)
+    """Every named trace not replayed by `test_a_cluster_item_trace_replays_on_postgresql` below
+    (together: every named trace, each once), the way `qlk conform --runner cluster --jobs 2`
+    replays them: two worker processes, each trace in a fresh schema of its own."""
+    rest = [path for path in NAMED if path not in CLUSTER_ONLY_PATHS]
+    assert len(rest) + len(CLUSTER_ONLY_PATHS) == len(NAMED)
+    summary = run_corpus(rest, "cluster", root=RUN_CORPUS, dsn=pg_dsn, jobs=JOBS)
+    assert [o.path for o in summary.outcomes] == [p.name for p in rest]
     passed, not_applicable = [], []
-    for path in NAMED:
-        result = replay(read_trace(path), factory)
-        assert result.divergence is None, (path.name, result.divergence)
+    for outcome in summary.outcomes:
+        result = outcome.result
+        assert result.divergence is None, (outcome.path, result.divergence)
         if result.missing_capabilities:
             assert not set(result.missing_capabilities) <= CAPABILITIES
-            not_applicable.append(path.name)
+            not_applicable.append(outcome.path)
         else:
-            passed.append(path.name)
+            assert result.status == "passed", (outcome.path, result.status)
+            passed.append(outcome.path)
     assert not_applicable == []  # the cluster runner declares every capability of the corpus
-    assert len(passed) == len(NAMED)
+    assert len(passed) == len(rest)
     assert any(name.startswith("RUN-06") for name in passed)
     assert any(name.startswith("LEASE-02") for name in passed)
 
@@ -60,6 +68,11 @@ def test_a_cluster_item_trace_replays_on_postgresql(pg_dsn: str, path: Path) -> 
     assert result.missing_capabilities == ()
     assert result.divergence is None, result.divergence
     assert result.steps == len(read_trace(path).steps)
+
+
+CLUSTER_ONLY_PATHS = frozenset(p.values[0] for p in CLUSTER_ONLY if isinstance(p.values[0], Path))
+#: Replay processes for the rest of the named corpus (`qlk conform --jobs`).
+JOBS = 2
 
 
 def test_the_cluster_item_traces_are_all_there() -> None:

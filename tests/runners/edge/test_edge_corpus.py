@@ -14,6 +14,7 @@ import pytest
 
 from conformance.run.corpus import RUN_CORPUS, read_trace, spec_id_of, trace_paths
 from conformance.run.edge import CAPABILITIES, EdgeAdapter, make_edge_adapter
+from conformance.run.guards import probe_every_write
 from conformance.run.replay import replay
 from kernel.specs.properties import PROPERTIES
 
@@ -59,6 +60,17 @@ def test_trace_replays_on_the_edge_runner(path: Path, tmp_path: Path) -> None:
     assert result.divergence is None, result.divergence.render()
     assert result.status == "passed"
     assert result.steps == len(trace.steps)
+
+
+def test_guard_mode_finds_no_stale_write_accepted_by_the_edge_store() -> None:
+    """Guard mode over the whole corpus, as `qlk conform` (the README's main job) runs it on the
+    edge runner: a stale variant of every guard of every write path is refused by the runner's
+    own statements."""
+    report = probe_every_write(make_edge_adapter, RUN_CORPUS)
+    assert not report.not_applicable
+    assert report.failures == []
+    assert len(report.writes) >= 20, len(report.writes)
+    assert report.probes >= 150, report.probes
 
 
 def test_only_cluster_capabilities_are_missing() -> None:

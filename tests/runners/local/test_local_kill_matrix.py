@@ -19,6 +19,12 @@ claimed, starting or running.
 
 Every wait ends on its event or at a named generous deadline; wall times and kill counts are
 printed (one summary line per test), never asserted.
+
+The matrices of the selected tests run side by side in one module fixture (at most
+`CONCURRENT` at once, each on its own file, children and final run), because a matrix mostly
+waits (an edge child waits out its profile's 5 s cycles): the module takes about as long as its
+slowest matrix instead of the sum of all fourteen. Each test waits for its own matrix and fails
+with what that matrix raised.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -82,8 +90,14 @@ MAX_CHILDREN: Final = KILLS * 4 + 8
 CHILD_DEADLINE_S: Final = 180.0  # one matrix child until it dies or goes idle
 FINAL_DEADLINE_S: Final = 600.0  # the final `qlk serve --until-idle`
 SIGKILLED: Final = -9
+#: Matrices run side by side (fixture `matrices`), at most this many at once: the seven edge
+#: matrices (the long ones, mostly waiting out 5 s cycles) start together, the standalone ones
+#: take the slots they free. Each matrix is slower beside the others (two cores), the module
+#: about four times faster than one matrix after the other.
+CONCURRENT: Final = 7
 
-PROFILES: Final = ("standalone", "edge")
+#: Edge first: its matrices wait the longest (5 s cycles), so they start first (`matrices`).
+PROFILES: Final = ("edge", "standalone")
 PHASES: Final = (
     "startup_recovery",
     "completion",
@@ -397,14 +411,11 @@ def _check_converged(matrix: Matrix, final_out: str) -> None:
         store.close()
 
 
-@pytest.mark.spec("CAD-01", "CAD-08")
-@pytest.mark.parametrize("phase", PHASES)
-@pytest.mark.parametrize("profile", PROFILES)
-def test_serve_killed_at_every_boundary_of_a_phase_converges(
-    tmp_path: Path, profile: str, phase: str
-) -> None:
+def _run_matrix(directory: Path, profile: str, phase: str) -> str:
+    """One phase's matrix on a file of its own: the kills, the final `qlk serve --until-idle`,
+    the convergence checks; the summary line (a failure raises, as in a test)."""
     started = time.monotonic()
-    matrix = Matrix(tmp_path / "ql3.db", profile, phase, tmp_path / "matrix.log")
+    matrix = Matrix(directory / "ql3.db", profile, phase, directory / "matrix.log")
     matrix.add_tasks()
     if phase == "startup_recovery":  # naps end before the restart, dozes are still live
         for i in range(SEED[profile]):
@@ -459,11 +470,50 @@ def test_serve_killed_at_every_boundary_of_a_phase_converges(
     assert "the next cycle tries again" not in final.stderr, output
     _check_converged(matrix, output)
     where = ", ".join(f"{n} before {s}" for s, n in sorted(matrix.kills.items()))
-    print(
-        f"\nphase {phase} profile {profile}: {killed} kills ({where}), "
+    return (
+        f"phase {phase} profile {profile}: {killed} kills ({where}), "
         f"{matrix.not_reached} not reached, {matrix.prep_kills} prep kills, "
         f"{len(matrix.projection()['runs'])} Runs, "
         f"{matrix.stopped_then_lost} stopped with the record lost (R-27), "
         f"{matrix.finished_first} finished before their stop, "
         f"wall {time.monotonic() - started:.1f} s"
     )
+
+
+@pytest.fixture(scope="module")
+def matrices(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[tuple[str, str], Future[str]]]:
+    """The matrices of the (profile, phase) pairs this session selected, started side by side
+    in the tests' order (at most CONCURRENT at once, so a test never waits for more than its own
+    matrix and the ones before it), each on its own file, as the Worker kill matrix runs its
+    cases (tests/runners/worker/test_kill_matrix.py). A matrix mostly waits, on its children and
+    they on the edge profile's 5 s cycles, so side by side they take about as long as the
+    slowest one, not the sum; each test then waits for its own matrix and fails with what that
+    matrix raised."""
+    module = request.module
+    selected = [
+        (str(item.callspec.params["profile"]), str(item.callspec.params["phase"]))
+        for item in request.session.items
+        if isinstance(item, pytest.Function) and item.module is module and hasattr(item, "callspec")
+    ]
+    order = list(dict.fromkeys(selected))
+    pool = ThreadPoolExecutor(max_workers=CONCURRENT, thread_name_prefix="matrix")
+    try:
+        yield {
+            (profile, phase): pool.submit(
+                _run_matrix, tmp_path_factory.mktemp(f"{profile}-{phase}"), profile, phase
+            )
+            for profile, phase in order
+        }
+    finally:  # a session that ends early (-x, an interrupt) does not start the rest
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.spec("CAD-01", "CAD-08")
+@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("profile", PROFILES)
+def test_serve_killed_at_every_boundary_of_a_phase_converges(
+    matrices: dict[tuple[str, str], Future[str]], profile: str, phase: str
+) -> None:
+    print(f"\n{matrices[(profile, phase)].result()}")
