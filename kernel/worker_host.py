@@ -90,12 +90,14 @@ def drain_finished(states: Iterable[JournalState]) -> bool:
 #: slow cycles, retention) [decision WH-1]: the lifecycle minimum (L-9), so an offer waits at
 #: most a quarter second in the database.
 WORKER_HOST_CADENCE_MS = 250
-#: Retention (§3.14) runs on every n-th cycle only, when a retention is configured (E-6).
-RETENTION_EVERY_NTH_CYCLE = 240
+#: Retention (§3.14) runs on every n-th cycle only (once a second), when a retention is
+#: configured (E-6). Its page deletes at most 8 records (ADR-0021 §5.3), and the journal holds at
+#: most 64: once a second keeps a busy Worker's journal from filling with finished records.
+RETENTION_EVERY_NTH_CYCLE = 4
 
 
 def retention_due(ordinal: int, configured: bool) -> bool:
-    """E-6: terminal retention on slow cycles (about once a minute), never unconfigured."""
+    """E-6: terminal retention on slow cycles (once a second), never unconfigured."""
     return configured and ordinal % RETENTION_EVERY_NTH_CYCLE == 0
 
 

@@ -2,7 +2,7 @@
 E-7, E-8).
 
     qlk worker --dsn DSN [--schema NAME] --journal DIR|sqlite:DIR --executor-type TYPE
-               [--worker-id ID] [--capacity N] [--retention DUR]
+               --retention DUR [--worker-id ID] [--capacity N]
 
 It owns the journal in DIR (a dead predecessor's lock is reclaimed at once, E-2), resumes its
 saved session or registers a new one (WS-1), recovers what its journal holds (E-3), then pulls
@@ -85,8 +85,9 @@ def register(commands: Commands) -> None:
         "--retention",
         metavar="DUR",
         default=None,
-        help="delete finished journal records this long after they ended (1m..30d; default: "
-        "keep them)",
+        required=True,
+        help="how long a finished journal record is kept (1m..30d; SPEC §3.14 sets no default: "
+        "the journal holds 64 records)",
     )
 
 

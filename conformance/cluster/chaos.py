@@ -222,7 +222,7 @@ def _scenario(
         worker_ids[f"worker{i}"] = worker_id
         argv = _qlk(
             "worker", *target, "--journal", str(root / f"w{i}"),
-            "--executor-type", TASK_EXECUTOR_TYPE, "--worker-id", worker_id,
+            "--executor-type", TASK_EXECUTOR_TYPE, "--worker-id", worker_id, "--retention", "1m",
         )  # fmt: skip
         procs.append(_Process(f"worker{i}", argv, root / f"w{i}.out"))
     tasks = ClusterTaskStore(store)

@@ -149,12 +149,14 @@ class HostSettings:
     schema: str
     journal: JournalLocation
     executor_types: tuple[str, ...]
+    #: How long a final journal record is kept (§3.14: no default; None keeps every record,
+    #: and a journal that is full refuses new offers, F-2).
+    retention_ms: int | None
     worker_id: str | None = None
     capacity: int = DEFAULT_CAPACITY
     session_ttl_ms: int = SESSION_TTL_DEFAULT_MS
     lease_duration_ms: int = LEASE_DURATION_DEFAULT_MS
     cadence_ms: int = WORKER_HOST_CADENCE_MS
-    retention_ms: int | None = None
     pool_size: int = 3
 
 
@@ -167,7 +169,8 @@ class HostCycle:
     delivered: list[DeliveryResult] = field(default_factory=list)
     unreadable: int = 0
     completions: CompletionPoll | None = None
-    retention: bool = False
+    #: Final records retention deleted this cycle (0 when it did not run).
+    retention: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +203,7 @@ class WorkerHost:
         self._bound: _Bound | None = None
         self._renewed_ms = 0
         self._cursor: str | None = None
+        self._retention_cursor: str | None = None
         self._draining = threading.Event()
         self._guard = threading.Lock()
         self._stopped = False
@@ -396,8 +400,9 @@ class WorkerHost:
         cycle.completions = runtime.poll_completions(self._cursor)
         self._cursor = cycle.completions.cursor if cycle.completions.has_more else None
         if retention_due(context.ordinal, self.settings.retention_ms is not None):
-            runtime.retention(None)
-            cycle.retention = True
+            kept = runtime.retention(self._retention_cursor)
+            self._retention_cursor = kept.cursor
+            cycle.retention = kept.deleted
         return cycle
 
     def _heartbeat(self, bound: _Bound) -> None:

@@ -73,6 +73,7 @@ def _host(dsn: str, schema: str, state: Path, **extra: object) -> WorkerHost:
         schema=schema,
         journal=JournalLocation.parse(str(state)),
         executor_types=(TASK_EXECUTOR_TYPE,),
+        retention_ms=60_000,
         **extra,  # type: ignore[arg-type]
     )
     return WorkerHost(settings)
@@ -97,6 +98,7 @@ def test_a_granted_run_is_pulled_run_and_completed_once(
         schema=schema,
         journal=JournalLocation.parse(location),
         executor_types=(TASK_EXECUTOR_TYPE,),
+        retention_ms=60_000,
     )
     host = WorkerHost(settings)
     session = host.start()

@@ -49,7 +49,7 @@ def _worker(dsn: str, schema: str, state: Path, *, kill: bool) -> subprocess.Pop
     if kill:
         env[KILL_POINT_VARIABLE] = "before_complete"
     argv = [sys.executable, "-m", "conformance.cli", "worker", "--dsn", dsn, "--schema", schema]
-    argv += ["--journal", str(state), "--executor-type", TASK_EXECUTOR_TYPE]
+    argv += ["--journal", str(state), "--executor-type", TASK_EXECUTOR_TYPE, "--retention", "1m"]
     return subprocess.Popen(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
