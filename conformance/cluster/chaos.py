@@ -44,6 +44,7 @@ from psycopg import conninfo, sql
 
 from conformance.cli.submit import fresh_ids
 from kernel.task import TASK_EXECUTOR_TYPE
+from runners.cluster.named_sql import STATEMENTS
 from runners.cluster.status import run_status_counts
 from runners.cluster.store import ClusterStore
 from runners.cluster.tasks import ClusterTaskStore
@@ -132,7 +133,7 @@ def _schema(dsn: str, schema: str | None) -> Iterator[str]:
         yield name
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+            conn.execute(sql.SQL(STATEMENTS["drop_schema"]).format(schema=sql.Identifier(name)))
 
 
 def _terminate_one(dsn: str, rng: random.Random) -> int:

@@ -22,6 +22,7 @@ import pytest
 from psycopg import sql
 
 from conformance.run.local_server import DEFAULT_DSN, NoPostgresError, ensure_dsn
+from runners.cluster.store import ClusterStore
 
 _ANNOUNCED = pytest.StashKey[list[str]]()
 
@@ -84,3 +85,17 @@ def pg_schema(pg_dsn: str) -> Iterator[tuple[psycopg.Connection[tuple[object, ..
             yield conn, name
         finally:
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def cluster_on_schema(
+    pg_dsn: str, pg_schema: tuple[psycopg.Connection[tuple[object, ...]], str]
+) -> Iterator[tuple[str, str, ClusterStore]]:
+    """The DSN, a fresh schema of its own and a `ClusterStore` on it (the Worker host tests:
+    processes and hosts open their own stores on the same schema)."""
+    _, schema = pg_schema
+    store = ClusterStore(pg_dsn, schema)
+    try:
+        yield pg_dsn, schema, store
+    finally:
+        store.close()

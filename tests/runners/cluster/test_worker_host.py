@@ -9,10 +9,9 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from conformance.cli.submit import fresh_ids
@@ -30,18 +29,6 @@ from runners.task_schedule import submit_command
 pytestmark = pytest.mark.slow
 
 DEADLINE_S = 60.0
-
-
-@pytest.fixture
-def cluster(
-    pg_dsn: str, pg_schema: tuple[psycopg.Connection[tuple[object, ...]], str]
-) -> Iterator[tuple[str, str, ClusterStore]]:
-    _, schema = pg_schema
-    store = ClusterStore(pg_dsn, schema)
-    try:
-        yield pg_dsn, schema, store
-    finally:
-        store.close()
 
 
 def _submit(store: ClusterStore, argv: list[str]) -> str:
@@ -85,9 +72,9 @@ def _succeeded(store: ClusterStore, n: int) -> Callable[[], bool]:
 
 @pytest.mark.parametrize("kind", ["file", "sqlite"])
 def test_a_granted_run_is_pulled_run_and_completed_once(
-    cluster: tuple[str, str, ClusterStore], tmp_path: Path, kind: str
+    cluster_on_schema: tuple[str, str, ClusterStore], tmp_path: Path, kind: str
 ) -> None:
-    dsn, schema, store = cluster
+    dsn, schema, store = cluster_on_schema
     marker = tmp_path / "marker"
     for _ in range(3):
         _submit(store, ["/bin/sh", "-c", f"echo x >> {marker}"])
@@ -125,12 +112,12 @@ def test_a_granted_run_is_pulled_run_and_completed_once(
 
 
 def test_a_restarted_host_resumes_its_session_and_a_new_directory_is_a_new_worker(
-    cluster: tuple[str, str, ClusterStore], tmp_path: Path
+    cluster_on_schema: tuple[str, str, ClusterStore], tmp_path: Path
 ) -> None:
     """WS-1: the same state directory, restarted while the session is unexpired, resumes the
     same session id and generation; a stopped session is not resumed (a new session, generation
     + 1); another directory is another Worker."""
-    dsn, schema, _store = cluster
+    dsn, schema, _store = cluster_on_schema
     first = _host(dsn, schema, tmp_path / "w1")
     one = first.start()
     # A crash: no stop, the runtime and journal lock are simply abandoned (the lock's owner is
@@ -165,11 +152,11 @@ def test_a_restarted_host_resumes_its_session_and_a_new_directory_is_a_new_worke
 
 
 def test_a_draining_host_gets_no_new_grant_and_finishes_what_it_holds(
-    cluster: tuple[str, str, ClusterStore], tmp_path: Path
+    cluster_on_schema: tuple[str, str, ClusterStore], tmp_path: Path
 ) -> None:
     """D-8 through the registry: after `drain()` the dispatcher grants the session nothing; the
     Run it already held completes; `drained()` then holds (kernel `drain_finished`)."""
-    dsn, schema, store = cluster
+    dsn, schema, store = cluster_on_schema
     marker = tmp_path / "m"
     _submit(store, ["/bin/sh", "-c", f"sleep 2; echo x >> {marker}"])
     host = _host(dsn, schema, tmp_path / "w1")

@@ -11,10 +11,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from conformance.cli.submit import fresh_ids
@@ -30,18 +28,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.spec("INBOX-35")]
 
 REPETITIONS = int(os.environ.get("QL3_RESTART_REPETITIONS", "10"))
 DEADLINE_S = 90.0
-
-
-@pytest.fixture
-def cluster(
-    pg_dsn: str, pg_schema: tuple[psycopg.Connection[tuple[object, ...]], str]
-) -> Iterator[tuple[str, str, ClusterStore]]:
-    _, schema = pg_schema
-    store = ClusterStore(pg_dsn, schema)
-    try:
-        yield pg_dsn, schema, store
-    finally:
-        store.close()
 
 
 def _worker(dsn: str, schema: str, state: Path, *, kill: bool) -> subprocess.Popen[str]:
@@ -61,9 +47,9 @@ def _status(store: ClusterStore, run_id: str) -> str:
 
 
 def test_a_worker_killed_before_reporting_and_restarted_at_once_completes_and_never_reruns(
-    cluster: tuple[str, str, ClusterStore], tmp_path: Path
+    cluster_on_schema: tuple[str, str, ClusterStore], tmp_path: Path
 ) -> None:
-    dsn, schema, store = cluster
+    dsn, schema, store = cluster_on_schema
     state = tmp_path / "worker"
     reran = 0
     completed = 0
