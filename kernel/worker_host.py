@@ -12,8 +12,8 @@ keeps its session in the registry. What it does next is decided here, never in t
   registers a new session (a new id, generation + 1).
 - `heartbeat_due(...)`: renew the session lease once a third of its time has passed (two more
   renewals fit before it expires, so one slow cycle never loses the session).
-- `drain_finished(states)`: SIGTERM drains (D-8: no new claim); the host stops once no journal
-  record is owned work that can still progress by itself.
+- `drain_finished(records, now)`: SIGTERM drains (D-8: no new claim); the host stops once no
+  journal record is owned work that can still progress by itself.
 """
 
 from __future__ import annotations
@@ -80,10 +80,15 @@ def heartbeat_due(last_renewed_ms: int, now_ms: int, ttl_ms: int) -> bool:
 _NOT_OWNED_WORK = FINAL_STATES | {JournalState.RECOVERY_REQUIRED}
 
 
-def drain_finished(states: Iterable[JournalState]) -> bool:
-    """Whether a draining host may stop: no journal record is in a state from which it still
-    progresses (§3.4: every record is final or `recovery_required`)."""
-    return all(state in _NOT_OWNED_WORK for state in states)
+def drain_finished(records: Iterable[tuple[JournalState, int]], now_ms: int) -> bool:
+    """Whether a draining host may stop (WH-3): no journal record can still progress by itself.
+    Each record is `(state, lease_expires_at_ms)` as the journal holds it; a record is done
+    for the drain when it is final or `recovery_required`, or when its Run lease has expired
+    (no renewal can revive it and no completion of it passes the fence: it waits for an exact
+    replay, E-3, or the control plane's recovery, §2.3, neither of which needs this host)."""
+    return all(
+        state in _NOT_OWNED_WORK or expires_at_ms <= now_ms for state, expires_at_ms in records
+    )
 
 
 #: The host's one cadence (E-6: one timer drives the offer pull, the completion poll and, on

@@ -461,15 +461,15 @@ class WorkerHost:
         runtime = self.runtime
         if runtime is None:
             return True
-        states: list[JournalState] = []
+        records: list[tuple[JournalState, int]] = []
         cursor: str | None = None
         while True:
             page = runtime.journal.list(cursor, 64)
-            states.extend(record.state for record in page.records)
+            records.extend((r.state, r.offer.lease.expires_at_ms) for r in page.records)
             if not page.has_more:
                 break
             cursor = page.cursor
-        return drain_finished(states)
+        return drain_finished(records, _wall_ms())
 
     def stop(self) -> StopResult | None:
         """Stop the cadence, the runtime (lease timer, journal release) and the session

@@ -57,16 +57,20 @@ def test_retention_runs_on_slow_cycles_only_when_configured() -> None:
 
 
 def test_drain_waits_for_progressing_records_only() -> None:
-    assert drain_finished([])
-    waiting = [JournalState.COMPLETION_ACKNOWLEDGED, JournalState.RECOVERY_REQUIRED]
-    assert drain_finished(waiting)
+    """WH-3: final and `recovery_required` records, and records whose Run lease expired, do not
+    hold a drain; any other record does while its lease is live."""
+    now = 1_000_000
+    assert drain_finished([], now)
+    waiting = [(JournalState.COMPLETION_ACKNOWLEDGED, now + 1), (JournalState.RECOVERY_REQUIRED, 0)]
+    assert drain_finished(waiting, now)
     for state in JournalState:
         settled = state in {
             JournalState.COMPLETION_ACKNOWLEDGED,
             JournalState.START_FAILURE_ACKNOWLEDGED,
             JournalState.RECOVERY_REQUIRED,
         }
-        assert drain_finished([*waiting, state]) == settled, state
+        assert drain_finished([*waiting, (state, now + 1)], now) == settled, state
+        assert drain_finished([*waiting, (state, now)], now), state  # expired at its instant
 
 
 def test_an_unknown_offer_is_a_new_claim() -> None:

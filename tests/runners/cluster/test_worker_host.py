@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from conformance.cli.submit import fresh_ids
-from kernel.specs import JournalState, RunStatus, WorkerSessionStatus
+from kernel.specs import RunStatus, WorkerSessionStatus
 from kernel.task import TASK_EXECUTOR_TYPE
-from kernel.worker_host import drain_finished
 from runners.cluster.dispatch import dispatch_grants
 from runners.cluster.registry import WorkerRegistry
 from runners.cluster.status import run_status_counts
@@ -179,13 +178,6 @@ def test_a_draining_host_gets_no_new_grant_and_finishes_what_it_holds(
     finally:
         host.stop()
     assert "late" not in marker.read_text()
-
-
-def test_drain_finished_waits_for_owned_work_only() -> None:
-    assert drain_finished([])
-    assert drain_finished([JournalState.COMPLETION_ACKNOWLEDGED, JournalState.RECOVERY_REQUIRED])
-    for state in (JournalState.ACCEPTED, JournalState.LAUNCHING, JournalState.RUNNING_ACKNOWLEDGED):
-        assert not drain_finished([JournalState.COMPLETION_ACKNOWLEDGED, state])
 
 
 def test_an_unusable_state_directory_is_one_line(tmp_path: Path) -> None:
