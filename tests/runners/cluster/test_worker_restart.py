@@ -65,11 +65,15 @@ def test_a_worker_killed_before_reporting_and_restarted_at_once_completes_and_ne
             attempt_id=attempt_id,
         )
         doomed = _worker(dsn, schema, state, kill=True)
-        deadline = time.monotonic() + DEADLINE_S
-        while doomed.poll() is None:
-            assert time.monotonic() < deadline, "the worker never reached its kill point"
-            dispatch_grants(store)
-            time.sleep(0.05)
+        try:
+            deadline = time.monotonic() + DEADLINE_S
+            while doomed.poll() is None:
+                assert time.monotonic() < deadline, "the worker never reached its kill point"
+                dispatch_grants(store)
+                time.sleep(0.05)
+        finally:
+            if doomed.poll() is None:  # a failed wait must not leave the process behind
+                doomed.kill()
         _out, err = doomed.communicate()
         assert doomed.returncode == -9, err  # killed at the kill point, nothing reported
         assert marker.read_text().count("ran") == 1  # the child finished
