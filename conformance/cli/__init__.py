@@ -179,6 +179,16 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         _silence(stream)
         return ExitCode.OK
     except Exception as exc:
+        missing = _missing_cluster_module(exc)
+        if missing is not None:  # E-7: a missing optional dependency, with what to install
+            command = command_named(arguments) or "this command"
+            _report(
+                f"{command}: the cluster profile needs {missing}, which is not installed: "
+                "pip install 'ql3-kernel[cluster]'",
+                err,
+                debug=debug,
+            )
+            return ExitCode.INFRASTRUCTURE
         if _is_factory_error(exc):  # a runner name found bad below the subcommand's own checks
             _report(str(exc), err, debug=debug)
             return ExitCode.USAGE
@@ -186,6 +196,21 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         hint = "" if debug else " (run with --debug for the traceback)"
         _report(f"unexpected error{where}: {one_line(exc)}{hint}", err, debug=debug)
         return ExitCode.INFRASTRUCTURE
+
+
+#: The cluster extra's modules (pyproject.toml) -> the name a user installs.
+_CLUSTER_MODULES: Mapping[str, str] = {
+    "psycopg": "psycopg",
+    "psycopg_pool": "psycopg-pool",
+    "nacl": "PyNaCl",
+}
+
+
+def _missing_cluster_module(exc: Exception) -> str | None:
+    """The package of the cluster extra whose import failed, or None."""
+    if not isinstance(exc, ModuleNotFoundError):
+        return None
+    return _CLUSTER_MODULES.get((exc.name or "").partition(".")[0])
 
 
 def _is_factory_error(exc: Exception) -> bool:

@@ -178,3 +178,34 @@ def test_qlk_conform_on_the_edge_runner_runs_every_mode_without_psycopg(tmp_path
     assert any(line.startswith("lock probe: ") for line in lines), run.stdout
     assert any(line.startswith("kill mode: ") for line in lines), run.stdout
     assert lines[-1] == "verdict: PASS"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["worker", "--dsn", "postgresql://x@127.0.0.1/test", "--journal", "w", "--executor-type",
+         "local.posix", "--retention", "1m"],
+        ["serve", "--profile", "cluster", "--dsn", "postgresql://x@127.0.0.1/test"],
+        ["status", "--dsn", "postgresql://x@127.0.0.1/test"],
+    ],
+    ids=["worker", "serve-cluster", "status-dsn"],
+)  # fmt: skip
+def test_a_cluster_command_without_the_cluster_extra_is_exit_3_naming_what_to_install(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    """E-7: a missing optional dependency is exit 3 with one line, never a traceback or an
+    'unexpected error'."""
+    run = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PSYCOPG, *argv],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert run.stderr.count("\n") == 1, run.stderr
+    assert "psycopg" in run.stderr
+    assert "pip install 'ql3-kernel[cluster]'" in run.stderr
+    assert "unexpected" not in run.stderr
