@@ -1,8 +1,8 @@
 """Every edge and every missing pair of every state table, against the real code (ARCHITECTURE
 rule 2; RUN-05, INBOX-01, INBOX-21, INBOX-22, INBOX-28).
 
-One parametrized test over the six tables (`kernel/specs/table.py`). For each, a walker drives
-the code that obeys the table and reports what it saw: the edges the code took
+One parametrized test over every machine's table (`kernel/specs/table.py`). For each, a walker
+drives the code that obeys the table and reports what it saw: the edges the code took
 `(source, trigger, target)`, and the pairs it was asked for and refused with the state unchanged.
 The walkers never read the table: they try every declared (source, trigger) pair, or run fixed
 scenarios, and observe. The test then requires that
@@ -47,8 +47,10 @@ from kernel import (
     Applied,
     AttemptStatus,
     RunStatus,
+    SessionRefused,
     admit_run,
     check_invariants,
+    decide_session,
 )
 from kernel.commands import COMMAND_TYPES
 from kernel.outcomes import Raced, Rejected, Replayed
@@ -68,6 +70,7 @@ from kernel.specs.journal import JOURNAL_TABLE, DeliveryKind, JournalState, Jour
 from kernel.specs.journal_ownership import OWNERSHIP_TABLE, OwnershipState, OwnershipTrigger
 from kernel.specs.table import Edge, Table
 from kernel.specs.tables import ATTEMPT_TABLE, LEASE_TABLE, RUN_TABLE, CommandName
+from kernel.specs.worker_session import SESSION_TABLE
 from kernel.transitions.transaction import Tx
 from kernel.worker.auditor import AuditResult
 from kernel.worker.journal import (
@@ -109,6 +112,8 @@ from runners.worker.journal.lock import (
 from runners.worker.journal.port import JournalPage
 from tests.support.explore import Exploration, Step, explore, stored_data_steps
 from tests.support.journal_fixtures import CALLBACK_DIGEST, T0, lease, offer, revisions
+from tests.support.session_fixtures import NOW as SESSION_NOW
+from tests.support.session_fixtures import request_for, rows_in
 
 DEPTH = 6
 
@@ -617,6 +622,24 @@ def _cadence_state(lifecycle: CadenceLifecycle[None]) -> CadenceState:
     return lifecycle.state  # a call: a type checker does not carry one reading past a call
 
 
+def _session_walk() -> Walk:
+    """Every (status, trigger) through `decide_session`, the function the registry's every write
+    obeys (runners/cluster/registry.py writes what it decided): a row in the lookup status, a
+    well-formed request naming its session; the decision's record status is the target, a
+    refusal leaves nothing to write."""
+    walk = Walk()
+    for source in SESSION_TABLE.sources:
+        for trigger in SESSION_TABLE.triggers:
+            current = rows_in(source, trigger)
+            decision = decide_session(current, request_for(trigger, current), SESSION_NOW)
+            if isinstance(decision, SessionRefused):
+                walk.refuse(source, trigger)
+            else:
+                assert decision.before == current
+                walk.took(source, trigger, decision.record.status)
+    return walk
+
+
 def _cadence_walk() -> Walk:
     """Seven scenarios through `start()`, `run_once()`, `stop()`, timer ticks (a stale tick is
     the timer's callback called again) and cycles returning, with other threads' calls made
@@ -748,6 +771,7 @@ WALKED: list[Any] = [
     pytest.param(JOURNAL_TABLE, marks=pytest.mark.spec("INBOX-01"), id="journal"),
     pytest.param(OWNERSHIP_TABLE, marks=pytest.mark.spec("INBOX-21", "INBOX-22"), id="ownership"),
     pytest.param(INBOX_TABLE, marks=pytest.mark.spec("INBOX-28"), id="inbox"),
+    pytest.param(SESSION_TABLE, marks=pytest.mark.spec("RUN-05"), id="worker_session"),
     pytest.param(CADENCE_TABLE, marks=pytest.mark.spec("CAD-13"), id="cadence"),
 ]
 
@@ -761,6 +785,8 @@ def _walk(table: AnyTable, request: pytest.FixtureRequest, base: Path) -> Walk:
         return _inbox_walk(base)
     if table is CADENCE_TABLE:
         return _cadence_walk()
+    if table is SESSION_TABLE:
+        return _session_walk()
     steps = _kernel_steps(request.getfixturevalue("exploration"))
     walkers = ((RUN_TABLE, _run_walk), (ATTEMPT_TABLE, _attempt_walk), (LEASE_TABLE, _lease_walk))
     return next(walker for known, walker in walkers if known is table)(steps)

@@ -15,6 +15,7 @@ from kernel.specs.journal import JOURNAL_TABLE, TRIGGER_REASONS
 from kernel.specs.journal_ownership import OWNERSHIP_TABLE
 from kernel.specs.table import Table
 from kernel.specs.tables import ATTEMPT_TABLE, LEASE_TABLE, RUN_TABLE
+from kernel.specs.worker_session import SESSION_TABLE
 
 #: Every machine's table with the module that holds it and what its heading says, in the order
 #: of the document (the Run side, the Worker side, then the lifecycles).
@@ -29,6 +30,11 @@ DIAGRAMS: Final[tuple[tuple[str, Table[Any, Any], str], ...]] = (
     ("Journal record (SPEC §3.6)", JOURNAL_TABLE, "kernel/specs/journal.py"),
     ("Journal ownership (SPEC §3.9)", OWNERSHIP_TABLE, "kernel/specs/journal_ownership.py"),
     ("Inbox lifecycle (SPEC §3.10)", INBOX_TABLE, "kernel/specs/inbox_lifecycle.py"),
+    (
+        "Worker session (SPEC §1.1, §3.8; the cluster registry, WS-1, WS-2)",
+        SESSION_TABLE,
+        "kernel/specs/worker_session.py",
+    ),
     ("Cadence lifecycle (SPEC §6.1, L-1..L-9)", CADENCE_TABLE, "kernel/specs/cadence.py"),
 )
 

@@ -10,6 +10,7 @@ from kernel.specs.inbox_lifecycle import INBOX_TABLE
 from kernel.specs.journal import JOURNAL_TABLE
 from kernel.specs.journal_ownership import OWNERSHIP_TABLE
 from kernel.specs.tables import ATTEMPT_TABLE, LEASE_TABLE, RUN_TABLE
+from kernel.specs.worker_session import SESSION_TABLE
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -23,7 +24,7 @@ def test_committed_diagrams_match_the_tables() -> None:
 
 
 def test_every_machine_has_a_diagram_of_every_edge() -> None:
-    """Seven machines, one diagram each, every edge drawn (as one arrow per source and target)."""
+    """Eight machines, one diagram each, every edge drawn (as one arrow per source and target)."""
     tables = [table for _title, table, _module in DIAGRAMS]
     expected = [
         RUN_TABLE,
@@ -32,6 +33,7 @@ def test_every_machine_has_a_diagram_of_every_edge() -> None:
         JOURNAL_TABLE,
         OWNERSHIP_TABLE,
         INBOX_TABLE,
+        SESSION_TABLE,
         CADENCE_TABLE,
     ]
     assert [id(t) for t in tables] == [id(t) for t in expected]
