@@ -65,6 +65,7 @@ from kernel.specs import (
     cadence_config,
 )
 from kernel.worker import offer_execution_spec
+from runners.cluster.clock import DatabaseClock
 from runners.cluster.dispatch import pending_offers
 from runners.cluster.registry import WorkerRegistry
 from runners.cluster.store import ClusterStore, ClusterTransaction
@@ -247,7 +248,9 @@ class WorkerHost:
                 SpawnJournal(directories["spawns"]),
             )
             store = self.store
-            client: ControlPlaneClient = EngineControlPlane(store, _registry_session, _wall_ms)
+            client: ControlPlaneClient = EngineControlPlane(
+                store, _registry_session, _wall_ms, observe=_database_time
+            )
             if self._wrap_client is not None:
                 client = self._wrap_client(client)
             journal = (
@@ -506,6 +509,17 @@ def _registry_session(tx: StorageTransaction, worker_id: str) -> WorkerSession |
     """The fenced commands' Worker session, read in their transaction (issue 17 item 2)."""
     assert isinstance(tx, ClusterTransaction)
     return tx.worker_session(worker_id)
+
+
+_DATABASE_CLOCK = DatabaseClock()
+
+
+def _database_time(tx: StorageTransaction) -> int:
+    """A fenced command's observation time: the database's, read in its transaction after the
+    load (ADR-0232 §1; PG-4), so lease expiry is judged on the clock that set it, not on this
+    machine's."""
+    assert isinstance(tx, ClusterTransaction)
+    return _DATABASE_CLOCK.now_ms(tx.connection)
 
 
 def _wall_ms() -> int:

@@ -48,7 +48,7 @@ from kernel.worker import (
     authority_facts,
     lease_answer,
 )
-from runners.engine import Storage, StorageTransaction, execute_observed
+from runners.engine import Observe, Storage, StorageTransaction, execute_observed
 from runners.worker.ports import Clock, ControlPlaneUnavailable, LeaseAck
 
 #: The control plane's view of a Worker (K-4: a command input, never looked up by the kernel),
@@ -84,14 +84,24 @@ class EngineControlPlane:
     :param sessions: the control plane's Worker session view, called with the command's open
         transaction and the fence's Worker id.
     :param clock: the control plane's observation time for each command.
+    :param observe: when given, reads the observation time inside each command's transaction
+        instead of `clock` (the cluster: the database's time, as every cluster command).
     """
 
-    __slots__ = ("_clock", "_sessions", "_storage")
+    __slots__ = ("_clock", "_observe", "_sessions", "_storage")
 
-    def __init__(self, storage: Storage, sessions: SessionView, clock: Clock) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        sessions: SessionView,
+        clock: Clock,
+        *,
+        observe: Observe | None = None,
+    ) -> None:
         self._storage = storage
         self._sessions = sessions
         self._clock = clock
+        self._observe: Observe = (lambda _tx: clock()) if observe is None else observe
 
     def __repr__(self) -> str:
         return "EngineControlPlane()"
@@ -164,9 +174,7 @@ class EngineControlPlane:
         try:
             # The time is read inside the transaction, after the load (and its locks): the
             # times of conflicting commands then follow their commit order (PG-4).
-            return execute_observed(
-                self._storage, command, lambda _tx: self._clock(), resolve=resolve
-            )
+            return execute_observed(self._storage, command, self._observe, resolve=resolve)
         except ControlPlaneUnavailable:
             raise
         except Exception:  # storage or lock failure: nothing is known about the outcome
