@@ -84,6 +84,8 @@ from kernel.identity import (
     offer_id,
     token_digest,
     validate_portable_id,
+    workflow_admission_event_id,
+    workflow_task_attempt_id,
 )
 from kernel.outcomes import Applied, Outcome, Raced, Rejected, Replayed
 from kernel.specs.codes import Code
@@ -441,4 +443,6 @@ __all__ = [
     "token_digest",
     "validate_portable_id",
     "watched_after_startup",
+    "workflow_admission_event_id",
+    "workflow_task_attempt_id",
 ]

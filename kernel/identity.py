@@ -36,6 +36,8 @@ __all__ = [
     "PORTABLE_ID_RE",
     "SHA256_HEX_RE",
     "TOKEN_RE",
+    "WORKFLOW_TASK_ATTEMPT_DOMAIN",
+    "WORKFLOW_TASK_ATTEMPT_ID_RE",
     "IdentityError",
     "Secret",
     "attempt_lock_key",
@@ -51,6 +53,8 @@ __all__ = [
     "token_digest",
     "validate_other_id",
     "validate_portable_id",
+    "workflow_admission_event_id",
+    "workflow_task_attempt_id",
 ]
 
 # §0.4 / ADR-0229 §4: `^[A-Za-z0-9][A-Za-z0-9._:-]{0,35}$`. Always used with `fullmatch`: a bare `$`
@@ -312,6 +316,54 @@ def offer_id(
 def is_offer_id(value: str) -> bool:
     """Whether `value` has the shape of an offer id: exactly 64 characters `[0-9a-f]` (§0.4)."""
     return SHA256_HEX_RE.fullmatch(value) is not None
+
+
+# --------------------------------------------------------------------------------------------
+# Workflow Task Attempt identities (§4.6, ADR-0229 §4; WF-09, WF-10, I-W6)
+
+#: The domain of the Workflow Task Attempt id's digest (§4.6 [decision]).
+WORKFLOW_TASK_ATTEMPT_DOMAIN: Final = "ql3-workflow-task-attempt-v1"
+#: A Workflow Task Attempt id, and its admission Event id: the prefix and 32 lowercase hex.
+WORKFLOW_TASK_ATTEMPT_ID_RE: Final[re.Pattern[str]] = re.compile(r"wta:[0-9a-f]{32}", re.ASCII)
+
+
+def _workflow_digest32(plan_digest: str, step_run_id: str, step_run_version: int) -> str:
+    material = "\0".join(
+        (WORKFLOW_TASK_ATTEMPT_DOMAIN, plan_digest, step_run_id, str(step_run_version))
+    )
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()[:32]
+
+
+@icontract.require(lambda plan_digest: isinstance(plan_digest, str) and _hex64_oracle(plan_digest))
+@icontract.require(lambda step_run_id: isinstance(step_run_id, str) and is_portable_id(step_run_id))
+@icontract.require(
+    lambda step_run_version: _is_plain_int(step_run_version) and 0 <= step_run_version <= _INT64_MAX
+)
+@icontract.ensure(
+    lambda result: (
+        WORKFLOW_TASK_ATTEMPT_ID_RE.fullmatch(result) is not None and is_portable_id(result)
+    )
+)
+def workflow_task_attempt_id(plan_digest: str, step_run_id: str, step_run_version: int) -> str:
+    """The Attempt id Task admission writes for the StepRun `step_run_id` at its epoch
+    `step_run_version` (§4.3, §4.6): `"wta:"` + the first 32 lowercase hex of SHA-256 over
+    `"ql3-workflow-task-attempt-v1" NUL plan_digest NUL step_run_id NUL version`. Deterministic,
+    so an admission re-run for the same `(step_run_id, version)` recomputes the same id and
+    replays instead of creating a second Attempt (I-W1); random ids must never replace it.
+    The preconditions make the encoding injective (no component contains NUL; the version is
+    printed in decimal)."""
+    return "wta:" + _workflow_digest32(plan_digest, step_run_id, step_run_version)
+
+
+@icontract.require(lambda plan_digest: isinstance(plan_digest, str) and _hex64_oracle(plan_digest))
+@icontract.require(lambda step_run_id: isinstance(step_run_id, str) and is_portable_id(step_run_id))
+@icontract.require(
+    lambda step_run_version: _is_plain_int(step_run_version) and 0 <= step_run_version <= _INT64_MAX
+)
+@icontract.ensure(lambda result: result.startswith("wte:") and is_portable_id(result))
+def workflow_admission_event_id(plan_digest: str, step_run_id: str, step_run_version: int) -> str:
+    """The admission Event id of the same admission: `"wte:"` + the same 32 hex (§4.6)."""
+    return "wte:" + _workflow_digest32(plan_digest, step_run_id, step_run_version)
 
 
 # --------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/check_spec_registry.py [SPEC]     # default: ../shared/SPEC.md
 
-Every checklist item of SPEC §1.12, §2.6, §3.18 and §6.5 ("- RUN-01 [ADR-0021; PBT] ...") and
+Every checklist item of SPEC §1.12, §2.6, §3.18, §4.10 and §6.5 ("- RUN-01 [ADR-0021; PBT] ...") and
 every Appendix D addition ("CAD-15 [ADR-0380 §3; CONF]") must be registered with the same
 bracketed source and the same test kinds (SPEC §0.2), and the registry must hold no id the SPEC
 does not list (S-1 of §0.4, E-2 and E-7 are the registered rules that are not checklist items). An
@@ -48,6 +48,7 @@ CHECKLIST_HEADINGS: Final = (
     "### 1.12 Checklist",
     "### 2.6 Checklist",
     "### 3.18 Checklist",
+    "### 4.10 Checklist",
     "### 6.5 Checklist",
 )
 APPENDIX_D_HEADING: Final = "## Appendix D."

@@ -1,6 +1,7 @@
 """The property registry: every SPEC checklist id this project must test, with its owning issue.
 
-Covers SPEC §1.12 (RUN, LEASE, RETRY), §2.6 (REC), §6.5 (CAD), the Appendix D additions (D-1 CAD-15,
+Covers SPEC §1.12 (RUN, LEASE, RETRY), §2.6 (REC), §4.10 (WF-01..WF-18, registered for the
+Workflow issue), §6.5 (CAD), the Appendix D additions (D-1 CAD-15,
 D-16 CAD-16..18, RETRY-19..21, INBOX-43, INBOX-44, WF-19), the Appendix E decisions that ask for
 a CONF trace (E-1; source "Appendix E": the appendix gives no bracketed source) and the redaction
 rule S-1 of §0.4.
@@ -395,6 +396,62 @@ _ALL: Final = (
     _p("INBOX-44", "PBT", "ADR-0021 §6", 6,
        "repr/str, logs and exception text never contain a token, command or ExecutionSpec; "
        "failures carry fixed codes."),
+    _p("WF-01", "LIFE", "ADR-0229 §1", 8,
+       "Every scheduler cycle calls the phases in the order cancellation, schedule, frontier, "
+       "Task admission, dispatch."),
+    _p("WF-02", "LIFE", "ADR-0229 §1", 8,
+       "No phase exceeds its per-profile page size, page count or activation count (§4.2) for "
+       "any backlog size."),
+    _p("WF-03", "LIFE", "ADR-0229 §1", 8,
+       "A failing phase creates no extra timer, watcher or retry loop, and the next cadence runs "
+       "the cycle again."),
+    _p("WF-04", "PBT", "ADR-0229 §2", 8,
+       "A Task Attempt is dispatched only with its immutable ledger entry, its StepRun exactly "
+       "`ready` at the ledger version, and a `running` parent."),
+    _p("WF-05", "CONF", "ADR-0229 §2", 8,
+       "A fault at any statement of a Task execution transaction leaves Attempt, StepRun, Run "
+       "counters and Events unchanged; the parent Run remains `running` until the frontier "
+       "aggregates."),
+    _p("WF-06", "PBT", "ADR-0229 §2", 8,
+       "With and without Workflow Runs present, ordinary Runs follow identical retry, completion "
+       "and cancellation behaviour (differential test)."),
+    _p("WF-07", "CONF", "ADR-0229 §3", 8,
+       "Ordinary startup recovery selects no Workflow Run."),
+    _p("WF-08", "PBT+CONF", "ADR-0229 §3", 8,
+       "Workflow recovery turns an orphaned `claimed` Attempt into `lost` with a new `ready` "
+       "StepRun epoch; uses a receipt first for `starting`/`running`; accepts \"live\" only after "
+       "two consistent inspections; writes nothing on unknown; never finalizes the parent."),
+    _p("WF-09", "PBT", "ADR-0229 §4", 8,
+       "The portable regex accepts all UUIDv7 strings and all `wta:` IDs, and rejects empty "
+       "strings, leading dots, `/`, `\\`, whitespace, NUL, non-ASCII and lengths over 36."),
+    _p("WF-10", "PBT", "ADR-0229 §4", 8,
+       "Task Attempt IDs are deterministic: equal admission inputs give equal IDs, a different "
+       "StepRun version gives a different ID, and every ID is `wta:` + 32 lowercase hex."),
+    _p("WF-11", "PBT", "ADR-0229 §5", 8,
+       "Stored `started_at_ms` equals the handle's value; a receipt written with that value is "
+       "accepted, never quarantined."),
+    _p("WF-12", "PBT", "ADR-0229 §5", 8,
+       "An Event time earlier than its Run or Attempt creation, or a clock regression, is "
+       "rejected without writing."),
+    _p("WF-13", "LIFE", "ADR-0229 §6", 8,
+       "Stop runs scheduler drain, then execution-control drain, then storage close; concurrent "
+       "stops share one result; no admission or Attempt is created after stop begins."),
+    _p("WF-14", "CONF", "ADR-0229 verification", 8,
+       "A two-step Workflow ends with both steps succeeded, exactly one Attempt per step, "
+       "exactly two admissions and no duplicate dispatch."),
+    _p("WF-15", "CONF", "ADR-0229 verification", 8,
+       "A Workflow cancelled before startup converges to `cancelled` in the first cadence, "
+       "without starting any Attempt, and ordinary recovery scans 0 rows."),
+    _p("WF-16", "CONF", "ADR-0229 verification", 8,
+       "Cancelling a Workflow with a running Task stops the process before the Attempt, all "
+       "StepRuns and the parent become `cancelled`."),
+    _p("WF-17", "CONF", "ADR-0229 verification", 8,
+       "For a kill at any step followed by reopen and replay (edge and standalone budgets, "
+       "admission and conclusive-stop/control-terminal scenarios), the final state equals the "
+       "no-crash state: no duplicate admission, Attempt or dispatch."),
+    _p("WF-18", "CONF", "ADR-0229 verification", 8,
+       "Losing the response of a completion or of the parent convergence and replaying it is "
+       "idempotent, including after a database failover on the cluster runner."),
     _p("WF-19", "CONF", "ADR-0229 §7", 8,
        "On PostgreSQL, Task Attempt admission is atomic and its exact replay returns the "
        "existing entry."),

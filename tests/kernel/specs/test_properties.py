@@ -57,7 +57,7 @@ def test_counts_per_family() -> None:
         "REC": 13,
         "CAD": 18,
         "INBOX": 44,
-        "WF": 1,
+        "WF": 19,  # §4.10 WF-01..WF-18 and Appendix D WF-19
         "E": 3,  # Appendix E-1 (a CONF trace), E-2 (the journal lock), E-7 (qlk exit codes)
         "S": 1,
     }
