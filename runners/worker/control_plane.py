@@ -88,7 +88,7 @@ class EngineControlPlane:
         instead of `clock` (the cluster: the database's time, as every cluster command).
     """
 
-    __slots__ = ("_clock", "_observe", "_sessions", "_storage")
+    __slots__ = ("_observe", "_sessions", "_storage")
 
     def __init__(
         self,
@@ -100,7 +100,6 @@ class EngineControlPlane:
     ) -> None:
         self._storage = storage
         self._sessions = sessions
-        self._clock = clock
         self._observe: Observe = (lambda _tx: clock()) if observe is None else observe
 
     def __repr__(self) -> str:
