@@ -34,7 +34,7 @@ from kernel import (
     WorkerSession,
     attempt_lock_key,
 )
-from runners.cluster.migrate import migrate
+from runners.cluster.migrate import MIGRATION_LOCK_KEY, migrate
 from runners.cluster.named_sql import PROJECTION, REGISTRY, SOURCES, STATEMENTS
 from runners.cluster.session_rows import session_record, stored_view
 from runners.engine import StaleWrite
@@ -177,7 +177,11 @@ class ClusterStore(SqlSources):
         self.dsn = dsn
         self.schema = schema
         if create_schema:
-            with psycopg.connect(dsn, autocommit=True) as conn:
+            # Replicas and Worker hosts start together: two concurrent `CREATE SCHEMA IF NOT
+            # EXISTS` can both miss the schema and one then fails on pg_namespace's unique index,
+            # so creators take the migrator's advisory lock first and the second finds it made.
+            with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+                conn.execute(STATEMENTS["migration_lock"], {"key": MIGRATION_LOCK_KEY})
                 conn.execute(
                     sql.SQL(STATEMENTS["create_schema_if_missing"]).format(
                         schema=sql.Identifier(schema)

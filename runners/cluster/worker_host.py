@@ -232,8 +232,13 @@ class WorkerHost:
         ownership = JournalOwnership(directories["journal"])
         self._acquire(ownership)
         try:
+            # A host started beside its first replica (the README) may come first: it creates
+            # and migrates the schema as a replica does (both serialize on the migrator's lock).
             self.store = ClusterStore(
-                self.settings.dsn, self.settings.schema, pool_size=self.settings.pool_size
+                self.settings.dsn,
+                self.settings.schema,
+                pool_size=self.settings.pool_size,
+                create_schema=True,
             )
             tasks = ClusterTaskStore(self.store)
             self._registry = WorkerRegistry(self.store)

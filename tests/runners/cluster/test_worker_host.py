@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from conformance.cli.submit import fresh_ids
 from kernel.specs import RunStatus, WorkerSessionStatus
@@ -188,3 +192,57 @@ def test_an_unusable_state_directory_is_one_line(tmp_path: Path) -> None:
         host.start()
     assert str(blocker / "sub") in str(refused.value)
     assert "\n" not in str(refused.value)
+
+
+def test_a_host_started_before_any_replica_creates_the_schema(pg_dsn: str, tmp_path: Path) -> None:
+    """The README starts `qlk serve --profile cluster &` and `qlk worker &` together: the host
+    may come first, and then it creates and migrates the schema as a replica would."""
+    schema = f"wh_first_{uuid.uuid4().hex[:10]}"
+    host = _host(pg_dsn, schema, tmp_path / "w1")
+    try:
+        session = host.start()
+        assert session.status is WorkerSessionStatus.ONLINE
+        store = ClusterStore(pg_dsn, schema, create_schema=True)  # the replica, second
+        try:
+            _submit(store, ["true"])
+            _until(_succeeded(store, 1), store, "1 Run succeeded")
+        finally:
+            store.close()
+    finally:
+        host.stop()
+        _drop(pg_dsn, schema)
+
+
+def test_concurrent_creators_of_one_schema_all_succeed(pg_dsn: str) -> None:
+    """Replicas and hosts starting at once serialize on the migrator's advisory lock: bare
+    concurrent `CREATE SCHEMA IF NOT EXISTS` can fail on pg_namespace's unique index."""
+    for _ in range(3):
+        schema = f"wh_race_{uuid.uuid4().hex[:10]}"
+        start = threading.Barrier(6)
+        errors: list[BaseException] = []
+
+        def create(
+            schema: str = schema,
+            start: threading.Barrier = start,
+            errors: list[BaseException] = errors,
+        ) -> None:
+            try:
+                start.wait(timeout=DEADLINE_S)
+                ClusterStore(pg_dsn, schema, create_schema=True).close()
+            except BaseException as exc:  # collected: asserted below
+                errors.append(exc)
+
+        racers = [threading.Thread(target=create) for _ in range(6)]
+        try:
+            for racer in racers:
+                racer.start()
+            for racer in racers:
+                racer.join(timeout=DEADLINE_S)
+        finally:
+            _drop(pg_dsn, schema)
+        assert errors == []
+
+
+def _drop(dsn: str, schema: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
