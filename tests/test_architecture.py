@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FACADES = frozenset({"kernel", "kernel.specs", "kernel.task", "kernel.worker"})
+FACADES = frozenset({"kernel", "kernel.specs", "kernel.task", "kernel.worker", "kernel.workflow"})
 
 
 def _python_files(*roots: str) -> list[Path]:

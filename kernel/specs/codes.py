@@ -17,6 +17,8 @@ class Code(enum.StrEnum):
     RUN_ORPHANED_CREATED = "RUN_ORPHANED_CREATED"
     WORKFLOW_TASK_ATTEMPT_LOST = "WORKFLOW_TASK_ATTEMPT_LOST"
     EXECUTION_FAILED = "EXECUTION_FAILED"  # a completion with outcome `failed` (§1.2)
+    WORKFLOW_STEP_FAILED = "WORKFLOW_STEP_FAILED"  # a Workflow ended with a step not succeeded
+    WORKFLOW_DEPENDENCY_FAILED = "WORKFLOW_DEPENDENCY_FAILED"  # a step whose dependency failed
     # -- lost retry failure codes (taken from the records) ---------------------------------
     RUN_LOST_RETRY_DISABLED = "RUN_LOST_RETRY_DISABLED"
     RUN_LOST_RETRY_UNSAFE = "RUN_LOST_RETRY_UNSAFE"
@@ -60,6 +62,11 @@ class Code(enum.StrEnum):
     NO_CANCEL_INTENT = "NO_CANCEL_INTENT"
     RECOVERY_NOT_APPLICABLE = "RECOVERY_NOT_APPLICABLE"
     STARTUP_NOT_ORPHANED = "STARTUP_NOT_ORPHANED"
+    # -- Workflow rejections (SPEC §4, docs/decisions.md WF-n) --------------------------------
+    NOT_A_WORKFLOW = "NOT_A_WORKFLOW"
+    STEP_RUN_NOT_FOUND = "STEP_RUN_NOT_FOUND"
+    STEP_RUN_EPOCH_MISMATCH = "STEP_RUN_EPOCH_MISMATCH"
+    WORKFLOW_PLAN_CONFLICT = "WORKFLOW_PLAN_CONFLICT"
     # -- replay results (Appendix A) ------------------------------------------------------
     ALREADY_TERMINAL = "already_terminal"
     ALREADY_APPLIED = "already_applied"

@@ -68,7 +68,9 @@ class Tx:
         self._inserted_attempts: set[str] = set()
         self._inserted_leases: set[tuple[str, int]] = set()
         self._inserted_policy = False
-        self._events: list[tuple[str, Actor, str | None, str | None, Payload]] = []
+        self._events: list[
+            tuple[str, Actor, str | None, str | None, Payload, str | None, str | None]
+        ] = []
         if old is not None:
             for attempt in old.attempts:
                 self._attempts[attempt.attempt_id] = attempt
@@ -135,8 +137,13 @@ class Tx:
         attempt_id: str | None = None,
         code: str | None = None,
         payload: Payload = (),
+        *,
+        step_run_id: str | None = None,
+        event_id: str | None = None,
     ) -> None:
-        self._events.append((type_, actor, attempt_id, code, payload))
+        """Append an Event; `event_id` only where the SPEC derives it otherwise (the Task
+        admission Event's `wte:` id, §4.6), `step_run_id` on Workflow Task Events (§4)."""
+        self._events.append((type_, actor, attempt_id, code, payload, step_run_id, event_id))
 
     # -- commit ----------------------------------------------------------------------------
     def commit(self, code: Code = Code.APPLIED, *, bump_run: bool = True) -> Applied | Rejected:
@@ -193,13 +200,14 @@ class Tx:
                 before_lease = old_leases[key]
                 effects.append(UpdateLease(lease, before_lease.version, before_lease.status))
         first_seq = (0 if old is None else old.run.event_seq) + 1
-        for offset, (type_, actor, ev_attempt, ev_code, payload) in enumerate(self._events):
+        for offset, event in enumerate(self._events):
+            type_, actor, ev_attempt, ev_code, payload, ev_step, ev_id = event
             seq = first_seq + offset
-            subject = ev_attempt if ev_attempt is not None else run.run_id
+            subject = ev_attempt or ev_step or run.run_id
             effects.append(
                 AppendEvent(
                     Event(
-                        event_id=event_id(run.run_id, seq),
+                        event_id=ev_id if ev_id is not None else event_id(run.run_id, seq),
                         run_id=run.run_id,
                         seq=seq,
                         type=type_,
@@ -207,6 +215,7 @@ class Tx:
                         dedupe_key=f"{self.command}:{type_}:{subject}:v{run.version}",
                         at_ms=self.now,
                         attempt_id=ev_attempt,
+                        step_run_id=ev_step,
                         code=ev_code,
                         payload=payload,
                     )
