@@ -15,6 +15,14 @@ from typing import Protocol
 
 from kernel import Applied, Command, Effect, Outcome, Raced, RunAggregate, apply
 from kernel.specs import Code
+from kernel.workflow import (
+    WorkflowAggregate,
+    WorkflowApplied,
+    WorkflowCommand,
+    WorkflowEffect,
+    WorkflowOutcome,
+    apply_workflow,
+)
 
 
 class StaleWrite(Exception):
@@ -144,3 +152,66 @@ def _apply(
         except StaleWrite:
             raise _Rollback(Raced(Code.CAS_CONFLICT)) from None
     return outcome
+
+
+# -- Workflows (SPEC §4) ------------------------------------------------------------------------
+class WorkflowStorageTransaction(StorageTransaction, Protocol):
+    """A store's transaction that also loads Workflow aggregates and persists Workflow effects
+    (the edge, cluster and reference stores all are one)."""
+
+    def load_workflow(self, run_id: str) -> WorkflowAggregate | None: ...
+
+    def load_workflow_of_attempt(self, attempt_id: str) -> WorkflowAggregate | None: ...
+
+    def execute(self, effect: WorkflowEffect) -> None: ...
+
+
+class WorkflowStorage(Protocol):
+    def transaction(self) -> AbstractContextManager[WorkflowStorageTransaction]: ...
+
+
+def load_workflow_for(
+    tx: WorkflowStorageTransaction, command: WorkflowCommand
+) -> WorkflowAggregate | None:
+    """The Workflow a command addresses: by Attempt for Task commands, else by Run."""
+    attempt_id = getattr(command, "attempt_id", None)
+    if isinstance(attempt_id, str):
+        found = tx.load_workflow_of_attempt(attempt_id)
+        if found is not None:
+            return found
+    return tx.load_workflow(command.run_id)
+
+
+class _WorkflowRollback(Exception):
+    def __init__(self, outcome: WorkflowOutcome) -> None:
+        super().__init__("rollback")
+        self.outcome = outcome
+
+
+def execute_workflow(
+    storage: WorkflowStorage, command: WorkflowCommand, observed_at_ms: int
+) -> WorkflowOutcome:
+    """`execute` for a Workflow command: load the Workflow, call the kernel, persist its
+    effects in the same transaction (I-W4); a guard that no longer holds is `Raced`."""
+    return execute_workflow_observed(storage, command, lambda _tx: observed_at_ms)
+
+
+def execute_workflow_observed(
+    storage: WorkflowStorage,
+    command: WorkflowCommand,
+    observe: Callable[[WorkflowStorageTransaction], int],
+) -> WorkflowOutcome:
+    """`execute_workflow` with the observation time read in the transaction after the load."""
+    try:
+        with storage.transaction() as tx:
+            aggregate = load_workflow_for(tx, command)
+            outcome = apply_workflow(aggregate, command, observe(tx))
+            if isinstance(outcome, WorkflowApplied):
+                try:
+                    for effect in outcome.effects:
+                        tx.execute(effect)
+                except StaleWrite:
+                    raise _WorkflowRollback(Raced(Code.CAS_CONFLICT)) from None
+            return outcome
+    except _WorkflowRollback as rollback:
+        return rollback.outcome

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from kernel import Page, RunAggregate, selection
+from kernel import workflow as workflow_selection
+from kernel.workflow import WorkflowAggregate
 
 
 class Sources(Protocol):
@@ -107,3 +109,40 @@ class SelectionSources:
         return selection.local_dispatch_candidates(
             list(self.aggregates()), local_executor_type, limit, after
         )
+
+
+class WorkflowSelectionSources:
+    """The Workflow sources answered by the oracle (`kernel.workflow.selection`) over every
+    stored Workflow (`workflows()`): the reference store's, as `SelectionSources` for Runs."""
+
+    def workflows(self) -> Iterable[WorkflowAggregate]:
+        raise NotImplementedError
+
+    def workflow_cancel_candidates(
+        self, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]:
+        return workflow_selection.workflow_cancel_candidates(list(self.workflows()), limit, after)
+
+    def workflow_frontier_candidates(
+        self, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]:
+        return workflow_selection.workflow_frontier_candidates(list(self.workflows()), limit, after)
+
+    def task_admission_candidates(
+        self, observed_at_ms: int, limit: int, after: tuple[int, str, int] | None = None
+    ) -> Page[tuple[int, str, int]]:
+        return workflow_selection.task_admission_candidates(
+            list(self.workflows()), observed_at_ms, limit, after
+        )
+
+    def task_dispatch_candidates(
+        self, local_executor_type: str, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]:
+        return workflow_selection.task_dispatch_candidates(
+            list(self.workflows()), local_executor_type, limit, after
+        )
+
+    def task_recovery_candidates(
+        self, limit: int, after: tuple[str] | None = None
+    ) -> Page[tuple[str]]:
+        return workflow_selection.task_recovery_candidates(list(self.workflows()), limit, after)

@@ -119,3 +119,69 @@ class SqlSources:
             "after_attempt_id": after[2],
         }
         return self._page("local_dispatch_candidates_after", params, limit, build)
+
+    # -- Workflow sources (SPEC §4; kernel/workflow/selection.py is their oracle) -----------
+    # One statement each: the first page passes a cursor below every key (keys are
+    # non-negative times and non-empty ids), so the statement has no `_after` twin.
+    def workflow_cancel_candidates(
+        self, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]:
+        def build(row: tuple[Any, ...]) -> Candidate[tuple[int, str]]:
+            run_id, k0 = row
+            return Candidate(run_id, None, (k0, run_id))
+
+        k0, run_id = after if after is not None else (-1, "")
+        params = {"after_k0": k0, "after_run_id": run_id}
+        return self._page("workflow_cancel_candidates", params, limit, build)
+
+    def workflow_frontier_candidates(
+        self, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]:
+        def build(row: tuple[Any, ...]) -> Candidate[tuple[int, str]]:
+            run_id, k0 = row
+            return Candidate(run_id, None, (k0, run_id))
+
+        k0, run_id = after if after is not None else (-1, "")
+        params = {"after_k0": k0, "after_run_id": run_id}
+        return self._page("workflow_frontier_candidates", params, limit, build)
+
+    def task_admission_candidates(
+        self, observed_at_ms: int, limit: int, after: tuple[int, str, int] | None = None
+    ) -> Page[tuple[int, str, int]]:
+        def build(row: tuple[Any, ...]) -> Candidate[tuple[int, str, int]]:
+            run_id, k0, step_run_id, version = row
+            return Candidate(run_id, None, (k0, step_run_id, version))
+
+        k0, step_run_id, version = after if after is not None else (-1, "", 0)
+        params = {
+            "observed_at_ms": observed_at_ms,
+            "after_k0": k0,
+            "after_step_run_id": step_run_id,
+            "after_version": version,
+        }
+        return self._page("task_admission_candidates", params, limit, build)
+
+    def task_dispatch_candidates(
+        self, local_executor_type: str, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]:
+        def build(row: tuple[Any, ...]) -> Candidate[tuple[int, str]]:
+            run_id, attempt_id, k0 = row
+            return Candidate(run_id, attempt_id, (k0, attempt_id))
+
+        k0, attempt_id = after if after is not None else (-1, "")
+        params = {
+            "local_executor_type": local_executor_type,
+            "after_k0": k0,
+            "after_attempt_id": attempt_id,
+        }
+        return self._page("task_dispatch_candidates", params, limit, build)
+
+    def task_recovery_candidates(
+        self, limit: int, after: tuple[str] | None = None
+    ) -> Page[tuple[str]]:
+        def build(row: tuple[Any, ...]) -> Candidate[tuple[str]]:
+            run_id, attempt_id = row
+            return Candidate(run_id, attempt_id, (attempt_id,))
+
+        params = {"after_attempt_id": after[0] if after is not None else ""}
+        return self._page("task_recovery_candidates", params, limit, build)

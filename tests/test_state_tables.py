@@ -15,6 +15,11 @@ row, adding one, or patching the code's guard each fail it; `docs/decisions.md` 
 - Run, Attempt, Run dispatch lease: a breadth-first exploration of the kernel from nothing
   (`tests/support/explore.py`: every command type in every reachable state, depth 6, two clock
   steps), plus the one step only stored data reaches.
+- Workflow Run, StepRun, Task Attempt (SPEC §4): a breadth-first exploration of the Workflow
+  kernel (`tests/support/workflow_explore.py`: three fixed plans, every Workflow command type
+  with the arguments each reachable state offers, depth 7, a clock step on and one back), plus
+  the Run statuses a Workflow never holds, tried on stored data. StepRun and Task Attempt count
+  only the rows a command changes; see `_step_run_walk` for what a refusal means there.
 - Journal record: `journal_step` on a record in each state (each reached through `journal_step`
   from a delivery), with one valid event per trigger, and on no record.
 - Journal ownership: the real `JournalOwnership` on a temporary directory (a fixed clock, no
@@ -40,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import icontract
 import pytest
 
 from kernel import (
@@ -53,6 +59,7 @@ from kernel import (
     decide_session,
 )
 from kernel.commands import COMMAND_TYPES
+from kernel.entities import Attempt
 from kernel.outcomes import Raced, Rejected, Replayed
 from kernel.specs.budgets import Paging
 from kernel.specs.cadence import (
@@ -71,6 +78,13 @@ from kernel.specs.journal_ownership import OWNERSHIP_TABLE, OwnershipState, Owne
 from kernel.specs.table import Edge, Table
 from kernel.specs.tables import ATTEMPT_TABLE, LEASE_TABLE, RUN_TABLE, CommandName
 from kernel.specs.worker_session import SESSION_TABLE
+from kernel.specs.workflow import (
+    STEP_RUN_TABLE,
+    TASK_ATTEMPT_TABLE,
+    WORKFLOW_RUN_TABLE,
+    StepRunStatus,
+    WorkflowCommandName,
+)
 from kernel.transitions.transaction import Tx
 from kernel.worker.auditor import AuditResult
 from kernel.worker.journal import (
@@ -94,6 +108,16 @@ from kernel.worker.journal import (
     journal_step,
 )
 from kernel.worker.record import JournalRecord
+from kernel.workflow import (
+    WORKFLOW_COMMAND_TYPES,
+    AdmitTask,
+    AdvanceFrontier,
+    WorkflowAggregate,
+    WorkflowApplied,
+    WorkflowCommand,
+    apply_workflow,
+)
+from kernel.workflow.transaction import WorkflowTx
 from runners.lifecycle import (
     CadenceLifecycle,
     CycleContext,
@@ -114,6 +138,15 @@ from tests.support.explore import Exploration, Step, explore, stored_data_steps
 from tests.support.journal_fixtures import CALLBACK_DIGEST, T0, lease, offer, revisions
 from tests.support.session_fixtures import NOW as SESSION_NOW
 from tests.support.session_fixtures import request_for, rows_in
+from tests.support.workflow_explore import (
+    RUN_ID,
+    START_MS,
+    WORKFLOW_DEPTH,
+    WorkflowExploration,
+    admit_command,
+    explore_workflows,
+    stored_status_steps,
+)
 
 DEPTH = 6
 
@@ -123,16 +156,20 @@ Pair = tuple[Any, Any]
 
 @dataclass
 class Walk:
-    """What a walker saw the real code do."""
+    """What a walker saw the real code do. `addressed` (the Workflow walks only) are the refused
+    pairs seen refused by a command that named that very entity, not only left it alone."""
 
     taken: set[Edge[Any, Any]] = field(default_factory=set)
     refused: set[Pair] = field(default_factory=set)
+    addressed: set[Pair] | None = None
 
     def took(self, source: Any, trigger: Any, target: Any) -> None:
         self.taken.add(Edge(source, trigger, target))
 
-    def refuse(self, source: Any, trigger: Any) -> None:
+    def refuse(self, source: Any, trigger: Any, *, named: bool = False) -> None:
         self.refused.add((source, trigger))
+        if named and self.addressed is not None:
+            self.addressed.add((source, trigger))
 
 
 # -- Run, Attempt, lease: the kernel, explored ---------------------------------------------------
@@ -219,6 +256,146 @@ def _lease_walk(steps: list[Step]) -> Walk:
                 walk.took(lease_row.status, trigger, now.status)
             else:
                 walk.refuse(lease_row.status, trigger)
+    return walk
+
+
+# -- Workflow Run, StepRun, Task Attempt: the Workflow kernel, explored -------------------------
+@pytest.fixture(scope="module")
+def workflow_exploration() -> WorkflowExploration:
+    return explore_workflows(WORKFLOW_DEPTH)
+
+
+#: The Workflow commands that address the whole Workflow (the Run, every StepRun, every Task
+#: Attempt); the others name one StepRun (`admit_task`) or one Task Attempt (the rest).
+_WHOLE_WORKFLOW = frozenset(
+    {
+        WorkflowCommandName.ADMIT_WORKFLOW,
+        WorkflowCommandName.ADVANCE_FRONTIER,
+        WorkflowCommandName.REQUEST_WORKFLOW_CANCEL,
+        WorkflowCommandName.CONVERGE_WORKFLOW_CANCEL,
+    }
+)
+
+
+def _named_step_run(before: WorkflowAggregate, command: Any) -> str | None:
+    """The StepRun a command names: `admit_task`'s own, a Task command's Attempt's, or None
+    (a whole-Workflow command, or an Attempt that does not exist)."""
+    if isinstance(command, AdmitTask):
+        return command.step_run_id
+    attempt_id = getattr(command, "attempt_id", None)
+    attempt = before.attempt(attempt_id) if isinstance(attempt_id, str) else None
+    return attempt.step_run_id if attempt is not None else None
+
+
+def _names_step_run(before: WorkflowAggregate, command: Any, step_run_id: str) -> bool:
+    trigger = WorkflowCommandName(command.name)
+    return trigger in _WHOLE_WORKFLOW or _named_step_run(before, command) == step_run_id
+
+
+def _names_attempt(before: WorkflowAggregate, command: Any, attempt: Attempt) -> bool:
+    trigger = WorkflowCommandName(command.name)
+    if trigger in _WHOLE_WORKFLOW:
+        return True
+    if isinstance(command, AdmitTask):
+        return attempt.step_run_id == command.step_run_id
+    return getattr(command, "attempt_id", None) == attempt.attempt_id
+
+
+def _applied_workflow(outcome: object) -> WorkflowAggregate | None:
+    if isinstance(outcome, WorkflowApplied):
+        return outcome.aggregate
+    assert _nothing_written(outcome), outcome
+    return None
+
+
+def _workflow_run_walk(exploration: WorkflowExploration) -> Walk:
+    """The Workflow Run table lists every applied command, status kept or not (as the Run
+    table); every command that did not apply refused its (parent status, trigger) pair.
+
+    A Workflow Run never holds `created`, `queued`, `dispatching`, `lost` or `retry_wait` (it is
+    admitted `running`, I-W3), so the exploration cannot try those sources. They are tried on
+    stored data (`stored_status_steps`: an applied step replayed with only the parent's status
+    replaced); the transitions' precondition refuses such an aggregate before deciding anything
+    (`icontract.ViolationError`, nothing written), which counts as a refusal."""
+    walk = Walk(addressed=set())
+    stored: list[Any] = stored_status_steps(exploration)
+    for before, command, _at, outcome in [*exploration.steps, *stored]:
+        trigger = WorkflowCommandName(command.name)
+        source = None if before is None else before.run.status
+        if isinstance(outcome, icontract.ViolationError):
+            assert "Workflow invariants" in str(outcome), outcome
+            walk.refuse(source, trigger, named=True)
+            continue
+        after = _applied_workflow(outcome)
+        if after is not None:
+            walk.took(source, trigger, after.run.status)
+        else:
+            walk.refuse(source, trigger, named=True)  # every command names its Run
+    return walk
+
+
+def _step_run_walk(exploration: WorkflowExploration) -> Walk:
+    """Only the StepRuns a command changes (as the lease walk): a StepRun the command inserted
+    is a creation edge, and a command that inserted none refused to create; a StepRun it
+    changed (any field: a new epoch) is an edge `status before -> status after`; a StepRun it
+    left exactly as it was is a refusal of (its status, the trigger), whether the command was
+    not applied or applied elsewhere.
+
+    So a missing pair counts as refused as soon as one command of that trigger left one StepRun
+    in that status unchanged, even a StepRun it did not name (`prepare_task` never names a
+    `pending` StepRun: no Attempt of one exists). That is honest in one direction only: any
+    command that changes a StepRun outside the table shows up as a taken non-edge and fails the
+    walk, but a bystander refusal says nothing about a command aimed at that StepRun. The walk
+    also records which refusals came from a command naming that StepRun (`admit_task`'s own,
+    a Task command's Attempt's, or a whole-Workflow command) and prints their count."""
+    walk = Walk(addressed=set())
+    for before, command, _at, outcome in exploration.steps:
+        trigger = WorkflowCommandName(command.name)
+        after = _applied_workflow(outcome)
+        olds = before.step_runs if before is not None else ()
+        known = {s.step_run_id for s in olds}
+        inserted = [s for s in (after.step_runs if after else ()) if s.step_run_id not in known]
+        for step in inserted:
+            walk.took(None, trigger, step.status)
+        if not inserted:
+            walk.refuse(None, trigger, named=True)
+        for step in olds:
+            now = after.step_run(step.step_run_id) if after is not None else step
+            assert now is not None, "a StepRun is never deleted"
+            if now != step:
+                walk.took(step.status, trigger, now.status)
+            else:
+                assert before is not None
+                named = _names_step_run(before, command, step.step_run_id)
+                walk.refuse(step.status, trigger, named=named)
+    return walk
+
+
+def _task_attempt_walk(exploration: WorkflowExploration) -> Walk:
+    """Only the Task Attempts a command changes, by the same rule as `_step_run_walk` (and
+    with the same honest limit: a missing pair may be refused by a bystander Attempt the
+    command did not name); `named` refusals come from a command naming that Attempt (a Task
+    command's own id, `admit_task` for the Attempts of its StepRun, or a whole-Workflow
+    command)."""
+    walk = Walk(addressed=set())
+    for before, command, _at, outcome in exploration.steps:
+        trigger = WorkflowCommandName(command.name)
+        after = _applied_workflow(outcome)
+        olds = before.attempts if before is not None else ()
+        known = {a.attempt_id for a in olds}
+        inserted = [a for a in (after.attempts if after else ()) if a.attempt_id not in known]
+        for attempt in inserted:
+            walk.took(None, trigger, attempt.status)
+        if not inserted:
+            walk.refuse(None, trigger, named=True)
+        for attempt in olds:
+            now = after.attempt(attempt.attempt_id) if after is not None else attempt
+            assert now is not None, "an Attempt is never deleted"
+            if now != attempt:
+                walk.took(attempt.status, trigger, now.status)
+            else:
+                assert before is not None
+                walk.refuse(attempt.status, trigger, named=_names_attempt(before, command, attempt))
     return walk
 
 
@@ -773,6 +950,10 @@ WALKED: list[Any] = [
     pytest.param(INBOX_TABLE, marks=pytest.mark.spec("INBOX-28"), id="inbox"),
     pytest.param(SESSION_TABLE, marks=pytest.mark.spec("RUN-05"), id="worker_session"),
     pytest.param(CADENCE_TABLE, marks=pytest.mark.spec("CAD-13"), id="cadence"),
+    # The Workflow walks share the exploration of the Workflow kernel (about 2 s).
+    pytest.param(WORKFLOW_RUN_TABLE, marks=pytest.mark.spec("RUN-05"), id="workflow_run"),
+    pytest.param(STEP_RUN_TABLE, marks=pytest.mark.spec("RUN-05"), id="step_run"),
+    pytest.param(TASK_ATTEMPT_TABLE, marks=pytest.mark.spec("RUN-05", "WF-04"), id="task_attempt"),
 ]
 
 
@@ -787,6 +968,15 @@ def _walk(table: AnyTable, request: pytest.FixtureRequest, base: Path) -> Walk:
         return _cadence_walk()
     if table is SESSION_TABLE:
         return _session_walk()
+    workflow_walkers = (
+        (WORKFLOW_RUN_TABLE, _workflow_run_walk),
+        (STEP_RUN_TABLE, _step_run_walk),
+        (TASK_ATTEMPT_TABLE, _task_attempt_walk),
+    )
+    for known, workflow_walker in workflow_walkers:
+        if known is table:
+            explored: WorkflowExploration = request.getfixturevalue("workflow_exploration")
+            return workflow_walker(explored)
     steps = _kernel_steps(request.getfixturevalue("exploration"))
     walkers = ((RUN_TABLE, _run_walk), (ATTEMPT_TABLE, _attempt_walk), (LEASE_TABLE, _lease_walk))
     return next(walker for known, walker in walkers if known is table)(steps)
@@ -805,15 +995,22 @@ def test_the_real_code_takes_every_edge_and_refuses_every_missing_pair(
     missing = set(table.missing())
     assert missing - walk.refused == set(), "missing pairs not refused (or never tried)"
     assert missing, "every machine has pairs it refuses"
-    print(f"{table.name}: {len(edges)} edges taken, {len(missing)} missing pairs refused")
+    named = ""
+    if walk.addressed is not None:
+        named = f" ({len(missing & walk.addressed)} by a command naming that entity)"
+    print(f"{table.name}: {len(edges)} edges taken, {len(missing)} missing pairs refused{named}")
 
 
 def test_every_table_is_walked_and_the_triggers_are_the_real_ones() -> None:
-    """The walk covers every table the diagrams draw, and the Run side's triggers are exactly
-    the commands `apply` dispatches (so no command escapes the tables)."""
+    """The walk covers every table the diagrams draw, and the Run side's and the Workflow's
+    triggers are exactly the commands `apply` and `apply_workflow` dispatch (so no command
+    escapes the tables)."""
     walked = [param.values[0] for param in WALKED]
     assert [id(t) for t in walked] == [id(t) for _title, t, _module in DIAGRAMS]
     assert {c.name for c in COMMAND_TYPES} == set(CommandName)
+    workflow_types: tuple[type[WorkflowCommand], ...] = WORKFLOW_COMMAND_TYPES
+    assert {c.name for c in workflow_types} == set(WorkflowCommandName)
+    assert len(WORKFLOW_COMMAND_TYPES) == len(WorkflowCommandName)
 
 
 # -- the exploration's other uses -----------------------------------------------------------------
@@ -868,3 +1065,43 @@ def test_an_illegal_move_fails_closed() -> None:
     assert tx.commit() == Rejected(Code.INVALID_TRANSITION)
     tx = Tx.begin(admitted.aggregate, "not_a_command", 2_000)  # no table knows it
     assert tx.commit() == Rejected(Code.INVALID_TRANSITION)
+
+
+def test_an_illegal_workflow_move_fails_closed() -> None:
+    """`WorkflowTx` consults the three Workflow tables: a parent, StepRun or Task Attempt
+    change that is not an edge for the command is refused as INVALID_TRANSITION, never applied
+    (no Task command ends the parent, I-W3; a StepRun skips no status; an Attempt no barrier)."""
+    admitted = apply_workflow(None, admit_command("chain"), START_MS)
+    assert isinstance(admitted, WorkflowApplied)
+    wf = admitted.aggregate
+    first, second = (s.step_run_id for s in wf.step_runs)
+    tx = WorkflowTx.begin_workflow(wf, "complete_task", START_MS + 1)
+    tx.set_run(status=RunStatus.SUCCEEDED)
+    assert tx.commit_workflow() == Rejected(Code.INVALID_TRANSITION)
+    tx = WorkflowTx.begin_workflow(wf, "prepare_task", START_MS + 1)
+    tx.set_step(first, status=StepRunStatus.RUNNING)  # pending has no prepare row
+    assert tx.commit_workflow() == Rejected(Code.INVALID_TRANSITION)
+    tx = WorkflowTx.begin_workflow(wf, "advance_frontier", START_MS + 1)
+    tx.set_step(second, status=StepRunStatus.SUCCEEDED)  # the frontier only readies or cancels
+    assert tx.commit_workflow() == Rejected(Code.INVALID_TRANSITION)
+    frontier = apply_workflow(wf, AdvanceFrontier(RUN_ID), START_MS + 1)
+    assert isinstance(frontier, WorkflowApplied)
+    step = frontier.aggregate.step_run(first)
+    assert step is not None
+    assert step.status is StepRunStatus.READY
+    claimed = apply_workflow(
+        frontier.aggregate, AdmitTask(RUN_ID, first, step.version), START_MS + 2
+    )
+    assert isinstance(claimed, WorkflowApplied)
+    (attempt,) = claimed.aggregate.attempts
+    tx = WorkflowTx.begin_workflow(claimed.aggregate, "record_task_handle", START_MS + 3)
+    tx.set_attempt(attempt.attempt_id, status=AttemptStatus.RUNNING)  # skips the start barrier
+    assert tx.commit_workflow() == Rejected(Code.INVALID_TRANSITION)
+    tx = WorkflowTx.begin_workflow(claimed.aggregate, "request_cancel", START_MS + 3)  # a Run name
+    assert tx.commit_workflow() == Rejected(Code.INVALID_TRANSITION)
+    # The same moves under a command whose row allows them do apply: the refusals above are the
+    # tables', not a builder that refuses everything.
+    tx = WorkflowTx.begin_workflow(claimed.aggregate, "prepare_task", START_MS + 3)
+    tx.set_attempt(attempt.attempt_id, status=AttemptStatus.STARTING)
+    tx.set_step(first, status=StepRunStatus.RUNNING)
+    assert isinstance(tx.commit_workflow(), WorkflowApplied)

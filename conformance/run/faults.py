@@ -12,9 +12,11 @@ import enum
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import cast
 
-from kernel import Effect, RunAggregate
-from runners.engine import Storage, StorageTransaction
+from kernel import RunAggregate
+from kernel.workflow import WorkflowAggregate, WorkflowEffect
+from runners.engine import Storage, StorageTransaction, WorkflowStorageTransaction
 
 #: The capability a trace with any fault step needs (decision M-3), and a runner declares when
 #: its store can run faults inside its own transactions.
@@ -59,11 +61,21 @@ class _FaultyTransaction:
     def load_run_of_attempt(self, attempt_id: str) -> RunAggregate | None:
         return self._inner.load_run_of_attempt(attempt_id)
 
-    def execute(self, effect: Effect) -> None:
+    def load_workflow(self, run_id: str) -> WorkflowAggregate | None:
+        return self._workflow().load_workflow(run_id)
+
+    def load_workflow_of_attempt(self, attempt_id: str) -> WorkflowAggregate | None:
+        return self._workflow().load_workflow_of_attempt(attempt_id)
+
+    def execute(self, effect: WorkflowEffect) -> None:
         self.executed += 1
         if self._fail_at is not None and self.executed == self._fail_at:
             raise InjectedIOError(f"injected I/O error at effect {self.executed}")
-        self._inner.execute(effect)
+        self._workflow().execute(effect)
+
+    def _workflow(self) -> WorkflowStorageTransaction:
+        # Workflow commands reach only stores that load Workflows (the `workflow` capability).
+        return cast(WorkflowStorageTransaction, self._inner)
 
 
 class FaultyStorage:

@@ -14,9 +14,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kernel import Attempt, Event, Lease, Run, RunAggregate, RunRetryPolicy
+from kernel.workflow import StepRun, TaskAdmission, WorkflowAdmission, WorkflowAggregate
 
 Projection = dict[str, list[dict[str, Any]]]
-TABLES = ("runs", "attempts", "policies", "leases", "events")
+#: The Workflow tables (SPEC §4.1) are in a projection only when they hold a row, so the
+#: projection of a store without Workflows is the Run domain's five tables alone.
+WORKFLOW_TABLES = ("workflow_admissions", "step_runs", "task_admissions")
+TABLES = ("runs", "attempts", "policies", "leases", "events", *WORKFLOW_TABLES)
 
 
 @functools.cache
@@ -24,7 +28,16 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
-def _row(value: Run | Attempt | RunRetryPolicy | Lease | Event) -> dict[str, Any]:
+def _row(
+    value: Run
+    | Attempt
+    | RunRetryPolicy
+    | Lease
+    | Event
+    | WorkflowAdmission
+    | StepRun
+    | TaskAdmission,
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     cls: type = type(value)
     for name in _field_names(cls):
@@ -33,14 +46,19 @@ def _row(value: Run | Attempt | RunRetryPolicy | Lease | Event) -> dict[str, Any
             item = item.value
         elif name == "payload":
             item = {k: (v.value if isinstance(v, enum.Enum) else v) for k, v in item}
+        elif name == "depends_on":
+            item = list(item)
         out[name] = item
     return out
 
 
 def project(
-    aggregates: Iterable[RunAggregate], events: Mapping[str, Iterable[Event]]
+    aggregates: Iterable[RunAggregate],
+    events: Mapping[str, Iterable[Event]],
+    workflows: Iterable[WorkflowAggregate] = (),
 ) -> Projection:
-    """Project aggregates and their Events (keyed by run id) canonically."""
+    """Project aggregates and their Events (keyed by run id), and the Workflow rows of
+    `workflows`, canonically."""
     runs: list[dict[str, Any]] = []
     attempts: list[dict[str, Any]] = []
     policies: list[dict[str, Any]] = []
@@ -53,13 +71,27 @@ def project(
             policies.append(_row(agg.policy))
         leases.extend(_row(x) for x in agg.leases)
         all_events.extend(_row(e) for e in events.get(agg.run.run_id, ()))
-    return {
+    out: Projection = {
         "runs": sorted(runs, key=lambda r: r["run_id"]),
         "attempts": sorted(attempts, key=lambda r: r["attempt_id"]),
         "policies": sorted(policies, key=lambda r: r["run_id"]),
         "leases": sorted(leases, key=lambda r: (r["attempt_id"], r["lease_generation"])),
         "events": sorted(all_events, key=lambda r: (r["run_id"], r["seq"])),
     }
+    admissions: list[dict[str, Any]] = []
+    steps: list[dict[str, Any]] = []
+    ledger: list[dict[str, Any]] = []
+    for wf in workflows:
+        admissions.append(_row(wf.admission))
+        steps.extend(_row(s) for s in wf.step_runs)
+        ledger.extend(_row(e) for e in wf.ledger)
+    if admissions:
+        out["workflow_admissions"] = sorted(admissions, key=lambda r: r["run_id"])
+        out["step_runs"] = sorted(steps, key=lambda r: r["step_run_id"])
+        out["task_admissions"] = sorted(ledger, key=lambda r: r["attempt_id"])
+        if not ledger:
+            del out["task_admissions"]
+    return out
 
 
 _KEYS = {
@@ -68,6 +100,9 @@ _KEYS = {
     "policies": ("run_id",),
     "leases": ("attempt_id", "lease_generation"),
     "events": ("run_id", "seq"),
+    "workflow_admissions": ("run_id",),
+    "step_runs": ("step_run_id",),
+    "task_admissions": ("attempt_id",),
 }
 
 

@@ -23,8 +23,19 @@ from kernel import (
     RunAggregate,
     apply_effects,
 )
+from kernel.workflow import (
+    InsertStepRun,
+    InsertTaskAdmission,
+    InsertWorkflowAdmission,
+    StepRun,
+    TaskAdmission,
+    UpdateStepRun,
+    WorkflowAdmission,
+    WorkflowAggregate,
+    WorkflowEffect,
+)
 from runners.engine import StaleWrite
-from runners.sources import SelectionSources
+from runners.sources import SelectionSources, WorkflowSelectionSources
 
 
 @dataclass
@@ -32,6 +43,10 @@ class _State:
     aggregates: dict[str, RunAggregate] = field(default_factory=dict)
     events: dict[str, list[Event]] = field(default_factory=dict)
     attempt_index: dict[str, str] = field(default_factory=dict)
+    # The Workflow rows (SPEC §4.1), beside the Run aggregate they belong to.
+    admissions: dict[str, WorkflowAdmission] = field(default_factory=dict)
+    step_runs: dict[str, StepRun] = field(default_factory=dict)
+    ledger: dict[str, TaskAdmission] = field(default_factory=dict)
 
 
 class ReferenceTransaction:
@@ -47,7 +62,53 @@ class ReferenceTransaction:
         run_id = self._state.attempt_index.get(attempt_id)
         return None if run_id is None else self._state.aggregates.get(run_id)
 
-    def execute(self, effect: Effect) -> None:
+    def load_workflow(self, run_id: str) -> WorkflowAggregate | None:
+        state = self._state
+        core = state.aggregates.get(run_id)
+        admission = state.admissions.get(run_id)
+        if core is None or admission is None:
+            return None
+        steps = sorted((s for s in state.step_runs.values() if s.run_id == run_id), key=_ordinal)
+        ledger = sorted((e for e in state.ledger.values() if e.run_id == run_id), key=_number)
+        return WorkflowAggregate(core, admission, tuple(steps), tuple(ledger))
+
+    def load_workflow_of_attempt(self, attempt_id: str) -> WorkflowAggregate | None:
+        run_id = self._state.attempt_index.get(attempt_id)
+        return None if run_id is None else self.load_workflow(run_id)
+
+    def execute(self, effect: WorkflowEffect) -> None:
+        state = self._state
+        if isinstance(effect, InsertWorkflowAdmission):
+            if effect.row.run_id in state.admissions or effect.row.run_id not in state.aggregates:
+                raise StaleWrite("workflow admission exists or its Run does not")
+            state.admissions[effect.row.run_id] = effect.row
+            return
+        if isinstance(effect, InsertStepRun):
+            key = effect.row.step_run_id
+            if key in state.step_runs or effect.row.run_id not in state.admissions:
+                raise StaleWrite("step run exists or its Workflow does not")
+            state.step_runs[key] = effect.row
+            return
+        if isinstance(effect, UpdateStepRun):
+            current = state.step_runs.get(effect.row.step_run_id)
+            if current is None or current.version != effect.expected_version:
+                raise StaleWrite("step run epoch")
+            state.step_runs[effect.row.step_run_id] = effect.row
+            return
+        if isinstance(effect, InsertTaskAdmission):
+            row = effect.row
+            taken = any(
+                (e.step_run_id, e.step_run_version) == (row.step_run_id, row.step_run_version)
+                or e.event_id == row.event_id
+                for e in state.ledger.values()
+            )
+            if row.attempt_id in state.ledger or taken:
+                raise StaleWrite("task admission exists")
+            state.ledger[row.attempt_id] = row
+            return
+        self._execute_run(effect)
+
+    def _execute_run(self, effect: Effect) -> None:
         if isinstance(effect, AppendEvent):
             log = self._state.events.setdefault(effect.event.run_id, [])
             if any(
@@ -72,7 +133,7 @@ class ReferenceTransaction:
             self._state.attempt_index[attempt.attempt_id] = run_id
 
 
-class ReferenceStore(SelectionSources):
+class ReferenceStore(SelectionSources, WorkflowSelectionSources):
     """A dictionary of aggregates and Event logs behind the storage port; its sources are the
     kernel's selection oracle itself (`SelectionSources` over `aggregates()`)."""
 
@@ -85,6 +146,9 @@ class ReferenceStore(SelectionSources):
         scratch.aggregates = dict(self._state.aggregates)
         scratch.events = {k: list(v) for k, v in self._state.events.items()}
         scratch.attempt_index = dict(self._state.attempt_index)
+        scratch.admissions = dict(self._state.admissions)
+        scratch.step_runs = dict(self._state.step_runs)
+        scratch.ledger = dict(self._state.ledger)
         yield ReferenceTransaction(scratch)
         self._state = scratch  # commit only when the block did not raise
 
@@ -94,5 +158,18 @@ class ReferenceStore(SelectionSources):
     def events(self, run_id: str) -> list[Event]:
         return list(self._state.events.get(run_id, ()))
 
+    def workflows(self) -> list[WorkflowAggregate]:
+        tx = ReferenceTransaction(self._state)
+        found = (tx.load_workflow(run_id) for run_id in self._state.admissions)
+        return [wf for wf in found if wf is not None]
+
     def project(self) -> Projection:
-        return project(self._state.aggregates.values(), self._state.events)
+        return project(self._state.aggregates.values(), self._state.events, self.workflows())
+
+
+def _ordinal(step: StepRun) -> int:
+    return step.ordinal
+
+
+def _number(entry: TaskAdmission) -> int:
+    return entry.attempt_number

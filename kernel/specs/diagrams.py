@@ -16,9 +16,10 @@ from kernel.specs.journal_ownership import OWNERSHIP_TABLE
 from kernel.specs.table import Table
 from kernel.specs.tables import ATTEMPT_TABLE, LEASE_TABLE, RUN_TABLE
 from kernel.specs.worker_session import SESSION_TABLE
+from kernel.specs.workflow import STEP_RUN_TABLE, TASK_ATTEMPT_TABLE, WORKFLOW_RUN_TABLE
 
 #: Every machine's table with the module that holds it and what its heading says, in the order
-#: of the document (the Run side, the Worker side, then the lifecycles).
+#: of the document (the Run side, the Worker side, the lifecycles, then the Workflow side).
 DIAGRAMS: Final[tuple[tuple[str, Table[Any, Any], str], ...]] = (
     ("Run", RUN_TABLE, "kernel/specs/tables.py"),
     ("Attempt (the latest Attempt a command addresses)", ATTEMPT_TABLE, "kernel/specs/tables.py"),
@@ -36,6 +37,17 @@ DIAGRAMS: Final[tuple[tuple[str, Table[Any, Any], str], ...]] = (
         "kernel/specs/worker_session.py",
     ),
     ("Cadence lifecycle (SPEC §6.1, L-1..L-9)", CADENCE_TABLE, "kernel/specs/cadence.py"),
+    ("Workflow Run (SPEC §4.4)", WORKFLOW_RUN_TABLE, "kernel/specs/workflow.py"),
+    (
+        "StepRun (SPEC §4.1, §4.4; the StepRuns a command changes)",
+        STEP_RUN_TABLE,
+        "kernel/specs/workflow.py",
+    ),
+    (
+        "Task Attempt (SPEC §4.3-§4.5; the Task Attempts a command changes)",
+        TASK_ATTEMPT_TABLE,
+        "kernel/specs/workflow.py",
+    ),
 )
 
 

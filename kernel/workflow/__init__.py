@@ -93,6 +93,13 @@ from kernel.workflow.rules import (
     retry_left,
     started_attempts,
 )
+from kernel.workflow.selection import (
+    task_admission_candidates,
+    task_dispatch_candidates,
+    task_recovery_candidates,
+    workflow_cancel_candidates,
+    workflow_frontier_candidates,
+)
 from kernel.workflow.transitions import (
     WORKFLOW_COMMAND_TYPES,
     WORKFLOW_TRANSITIONS,
@@ -172,8 +179,13 @@ __all__ = [
     "retry_left",
     "started_attempts",
     "stops_needed",
+    "task_admission_candidates",
+    "task_dispatch_candidates",
+    "task_recovery_candidates",
     "time_out_task",
+    "workflow_cancel_candidates",
     "workflow_finality",
+    "workflow_frontier_candidates",
     "workflow_step_violations",
     "workflow_transition",
 ]

@@ -1,6 +1,6 @@
 """Whole-Workflow cancellation convergence (§4.4 phase 1, §4.8, WF-15, WF-16).
 
-With a persisted cancellation intent on the parent (the ordinary `request_cancel`), Attempts
+With a persisted cancellation intent on the parent (`request_workflow_cancel`), Attempts
 that never started and StepRuns that never ran end at once; a started Task's process is stopped
 first by execution control (`stops_needed` names them), and only then does one transaction end
 the Attempts, every StepRun and the parent with the intent's status.
@@ -60,6 +60,8 @@ def converge_workflow_cancel(
     if aggregate is None or aggregate.run.run_id != command.run_id:
         return Rejected(Code.RUN_NOT_FOUND)
     wf = aggregate
+    if wf.run.status.terminal:
+        return Replayed(Code.ALREADY_TERMINAL)  # a lost response, replayed (WF-18)
     if not wf.run.has_cancel_intent:
         return Rejected(Code.NO_CANCEL_INTENT)
     if not needs_convergence(wf):
@@ -67,9 +69,10 @@ def converge_workflow_cancel(
     stopped = set(command.stopped_attempt_ids)
     if any(wf.attempt(attempt_id) is None for attempt_id in stopped):
         return Rejected(Code.ATTEMPT_NOT_FOUND)
-    if any(a.attempt_id not in stopped for a in started_attempts(wf)):
+    started = started_attempts(wf)
+    if any(a.attempt_id not in stopped for a in started):
         return Rejected(Code.LIVE_EXECUTION)
-    if workflow_regressed(wf, observed_at_ms):
+    if workflow_regressed(wf, observed_at_ms, *started):
         return Rejected(Code.CLOCK_REGRESSION)
     intent = wf.run.intent_status
     assert intent is not None

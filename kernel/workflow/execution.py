@@ -135,7 +135,7 @@ def prepare_task(
         return Raced(Code.NOT_ELIGIBLE)
     if command.callback_sequence <= attempt.callback_sequence:
         return Rejected(Code.CALLBACK_SEQUENCE_STALE)
-    if workflow_regressed(wf, observed_at_ms):
+    if workflow_regressed(wf, observed_at_ms, attempt):
         return Rejected(Code.CLOCK_REGRESSION)
     tx = WorkflowTx.begin_workflow(wf, command.name, observed_at_ms)
     tx.set_attempt(
@@ -170,7 +170,7 @@ def record_task_handle(
         return Rejected(Code.INVALID_TRANSITION)
     if command.started_at_ms < attempt.created_at_ms:
         return Rejected(Code.START_TIME_INVALID)
-    if workflow_regressed(wf, observed_at_ms):
+    if workflow_regressed(wf, observed_at_ms, attempt):
         return Rejected(Code.CLOCK_REGRESSION)
     tx = WorkflowTx.begin_workflow(wf, command.name, observed_at_ms)
     tx.set_attempt(
@@ -199,7 +199,7 @@ def fail_task_start(
         return Replayed(Code.ALREADY_TERMINAL)
     if attempt.status is not AttemptStatus.STARTING or step.status is not StepRunStatus.RUNNING:
         return Rejected(Code.INVALID_TRANSITION)
-    if workflow_regressed(wf, observed_at_ms):
+    if workflow_regressed(wf, observed_at_ms, attempt):
         return Rejected(Code.CLOCK_REGRESSION)
     tx = WorkflowTx.begin_workflow(wf, command.name, observed_at_ms)
     finish_task(
@@ -239,7 +239,7 @@ def complete_task(
         return Replayed(Code.ALREADY_TERMINAL)
     if attempt.status is not AttemptStatus.RUNNING or step.status is not StepRunStatus.RUNNING:
         return Rejected(Code.INVALID_TRANSITION)
-    if workflow_regressed(wf, observed_at_ms):
+    if workflow_regressed(wf, observed_at_ms, attempt):
         return Rejected(Code.CLOCK_REGRESSION)
     status = task_completion_status(wf, receipt.outcome)
     error = _outcome_error(status)
@@ -264,7 +264,7 @@ def time_out_task(
         return Replayed(Code.ALREADY_TERMINAL)
     if attempt.status is not AttemptStatus.RUNNING or step.status is not StepRunStatus.RUNNING:
         return Rejected(Code.INVALID_TRANSITION)
-    if workflow_regressed(wf, observed_at_ms):
+    if workflow_regressed(wf, observed_at_ms, attempt):
         return Rejected(Code.CLOCK_REGRESSION)
     tx = WorkflowTx.begin_workflow(wf, command.name, observed_at_ms)
     finish_task(tx, wf, attempt, step, AttemptStatus.TIMED_OUT, actor=Actor.SYSTEM, error_code=None)

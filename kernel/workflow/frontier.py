@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernel.outcomes import Raced, Rejected
+from kernel.outcomes import Raced, Rejected, Replayed
 from kernel.specs.codes import Code
 from kernel.specs.states import Actor, RunStatus
 from kernel.specs.workflow import StepRunStatus
@@ -27,6 +27,8 @@ def advance_frontier(
     if aggregate is None or aggregate.run.run_id != command.run_id:
         return Rejected(Code.RUN_NOT_FOUND)
     wf = aggregate
+    if wf.run.status.terminal:
+        return Replayed(Code.ALREADY_TERMINAL)  # a lost response, replayed (WF-18)
     if not frontier_due(wf):
         return Raced(Code.NOT_ELIGIBLE)
     if workflow_regressed(wf, observed_at_ms):

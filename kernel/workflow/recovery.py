@@ -57,7 +57,7 @@ def recover_task_startup(
         return Rejected(Code(evidence.reason.value))
     if isinstance(evidence, LiveEvidence):
         return Replayed(Code.LIVE)
-    if workflow_regressed(wf, observed_at_ms):
+    if workflow_regressed(wf, observed_at_ms, attempt):
         return Rejected(Code.CLOCK_REGRESSION)
     tx = WorkflowTx.begin_workflow(wf, command.name, observed_at_ms)
     if isinstance(evidence, NotRunningEvidence):

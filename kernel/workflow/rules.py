@@ -23,12 +23,15 @@ __all__ = [
 _STARTED = frozenset({AttemptStatus.STARTING, AttemptStatus.RUNNING})
 
 
-def workflow_regressed(wf: WorkflowAggregate, observed_at_ms: int, *durable_ms: int) -> bool:
+def workflow_regressed(wf: WorkflowAggregate, observed_at_ms: int, *attempts: Attempt) -> bool:
     """V-5 / E-4 for a Workflow: the observation is earlier than the Run's last change, than any
-    StepRun's, or than any recorded start time (a handle fact may lie ahead of its commit)."""
-    times = [*durable_ms, wf.run.updated_at_ms, wf.run.started_at_ms or 0]
+    StepRun's, or than the recorded start time of an Attempt the command ends or changes (a
+    handle fact may lie ahead of its commit). Only those Attempts' start times count: one Task's
+    launcher clock running ahead must not refuse every other step's commands, the frontier and
+    the cancellation of the whole Workflow (decision WF-5)."""
+    times = [wf.run.updated_at_ms]
     times.extend(s.updated_at_ms for s in wf.step_runs)
-    times.extend(a.started_at_ms for a in wf.attempts if a.started_at_ms is not None)
+    times.extend(a.started_at_ms for a in attempts if a.started_at_ms is not None)
     return observed_at_ms < max(times)
 
 

@@ -6,7 +6,10 @@ whole budget, until one of them raises:
 - `retry`: `RetryExhaustionMachine` under Hypothesis (`machine_settings`: the `ci` budget by
   default, 300 examples of 70 steps);
 - `lifecycle`: `RunLifecycleMachine` under Hypothesis (same; 400 examples of 100 steps);
-- `exhaustive`: the small-scope explorer (`model_tests.exhaustive.explore`, its whole scope).
+- `exhaustive`: the small-scope explorer (`model_tests.exhaustive.explore`, its whole scope);
+- `workflow`: `WorkflowMachine` (SPEC §4) under Hypothesis (`workflow_settings`: the `ci`
+  budget, 150 examples of 80 steps), the subject of the Workflow mutants (`aim="workflow"`).
+  It is last in `ENGINES`, so an ordinary-Run hunt reaches it only after the explorer.
 
 The order is the mutant's `aim` (the machine whose subject the mutated code is: `retry` for code
 that loses or retries Attempts, `lifecycle` for fencing, completion, replays and cancellation),
@@ -55,6 +58,7 @@ from model_tests.machines import (
     machine_settings,
 )
 from model_tests.quality.mutants import Mutant
+from model_tests.workflow_machine import WorkflowMachine, workflow_settings
 
 __all__ = ["CATCHES", "ENGINES", "Catch", "engine_order", "hunt", "quality_settings"]
 
@@ -68,7 +72,7 @@ class Catch:
     mutant: str
     contracts: bool  # whether the kernel's icontract checks were on
     kernel_predicates: bool  # whether the models also evaluated kernel.specs I-1..I-9 / V-*
-    engine: str  # retry | lifecycle | exhaustive
+    engine: str  # retry | lifecycle | exhaustive | workflow
     mechanism: str  # model | icontract
     spec: str  # the SPEC id the ModelViolation names, or "contract"
     steps: int  # machine rule steps (explorer: transitions) until the first violation
@@ -121,7 +125,8 @@ class _Counter:
 
     @staticmethod
     def _machine_steps() -> int:
-        return sum(STATS.of(m.NAME).steps for m in (RetryExhaustionMachine, RunLifecycleMachine))
+        machines = (RetryExhaustionMachine, RunLifecycleMachine, WorkflowMachine)
+        return sum(STATS.of(m.NAME).steps for m in machines)
 
     def steps(self) -> int:
         return self._machine_steps() - self.start_steps + self.explorer
@@ -166,10 +171,18 @@ def _explore(counter: _Counter) -> None:
         exhaustive.explore()
 
 
+def _workflow(counter: _Counter) -> None:
+    budget = settings(
+        workflow_settings(), phases=(Phase.explicit, Phase.reuse, Phase.generate), database=None
+    )
+    run_state_machine_as_test(WorkflowMachine, settings=budget)
+
+
 ENGINES: tuple[tuple[str, Callable[[_Counter], None]], ...] = (
     ("retry", _machine(RetryExhaustionMachine)),
     ("lifecycle", _machine(RunLifecycleMachine)),
     ("exhaustive", _explore),
+    ("workflow", _workflow),
 )
 
 
@@ -216,6 +229,8 @@ def _without_kernel_predicates() -> Iterator[None]:
     per-step checks), leaving only the checks written in `model_tests`."""
     with ExitStack() as stack:
         stack.enter_context(mock.patch.object(Harness, "check_kernel_invariants", _no_checks))
+        # The Workflow model's use of `check_workflow_invariants` / `workflow_step_violations`.
+        stack.enter_context(mock.patch.object(WorkflowMachine, "KERNEL_PREDICATES", False))
         for name in ("check_invariants", "step_violations", "i5_finality"):
             stack.enter_context(mock.patch.object(exhaustive, name, _no_violations))
         yield

@@ -34,6 +34,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import kernel.transitions as transitions_pkg
+import kernel.workflow.transitions as workflow_transitions
 from kernel.commands import (
     AcknowledgeRunning,
     AcknowledgeStarting,
@@ -44,6 +45,7 @@ from kernel.commands import (
     ExpireWithLease,
     Fence,
     GrantLease,
+    LocalReceipt,
     LostRetryStep,
     PolicyDefinition,
     RecoverRuntime,
@@ -51,17 +53,32 @@ from kernel.commands import (
     RequestCancel,
 )
 from kernel.entities import RunAggregate, WorkerSession
-from kernel.evidence import CompletedEvidence
-from kernel.identity import Secret
+from kernel.evidence import CompletedEvidence, NotRunningEvidence, UnknownEvidence
+from kernel.identity import Secret, workflow_task_attempt_id
 from kernel.outcomes import Applied
 from kernel.specs.states import (
     CancelReason,
     CompletionOutcome,
     Profile,
     Safety,
+    UnknownReason,
     WorkerSessionStatus,
 )
+from kernel.workflow import (
+    AdmitTask,
+    AdvanceFrontier,
+    CompleteTask,
+    ConvergeWorkflowCancel,
+    PrepareTask,
+    RecordTaskHandle,
+    RecoverTaskStartup,
+    RequestWorkflowCancel,
+    WorkflowAggregate,
+    WorkflowApplied,
+    WorkflowCommand,
+)
 from model_tests.quality.plant import SourcePatch, modules_in, planted, rebound
+from model_tests.workflow_machine import StepShape, plan_command
 
 __all__ = ["KERNEL", "MUTANTS", "Mutant", "by_name", "play", "without_contracts"]
 
@@ -75,6 +92,12 @@ POLICY = "kernel.transitions.retry_policy"
 CANCELLATION = "kernel.transitions.run_cancellation"
 RECOVERY = "kernel.transitions.run_recovery"
 PROFILES = "kernel.specs.profiles"
+WF_ADMISSION = "kernel.workflow.admission"
+WF_RULES = "kernel.workflow.rules"
+WF_FRONTIER = "kernel.workflow.frontier"
+WF_EXECUTION = "kernel.workflow.execution"
+WF_CANCELLATION = "kernel.workflow.cancellation"
+WF_RECOVERY = "kernel.workflow.recovery"
 
 
 # -- how a mutant is applied --------------------------------------------------------------------
@@ -138,7 +161,7 @@ TOKEN_2 = Secret.of("quality_probe_lease_token_two".ljust(40, "x"), "lease_token
 RETRY = PolicyDefinition(2, True, Safety.IDEMPOTENT, 0, 0)
 BACKOFF = PolicyDefinition(3, True, Safety.IDEMPOTENT, 1_000, 60_000)
 
-Step = tuple[int, Command]
+Step = tuple[int, Command | WorkflowCommand]
 
 
 def fence(version: int, *, session: str = "w1-s1", token: Secret = TOKEN) -> Fence:
@@ -174,15 +197,105 @@ def play(script: Sequence[Step]) -> tuple[str, ...]:
     aggregate carried along; the observable result: every outcome, then the final aggregate
     and its Events."""
     agg: RunAggregate | None = None
+    wf: WorkflowAggregate | None = None  # a Workflow script goes through `apply_workflow`
     seen: list[str] = []
     events: list[str] = []
     for at, command in script:
+        if isinstance(command, workflow_transitions.WORKFLOW_COMMAND_TYPES):
+            done = workflow_transitions.apply_workflow(wf, command, at)  # type: ignore[arg-type]
+            seen.append(f"{command.name} {done.kind.value} {done.code.value}")
+            if isinstance(done, WorkflowApplied):
+                wf = done.aggregate
+                events += [f"{e.seq} {e.type} {e.actor.value} {e.attempt_id}" for e in done.events]
+            continue
+        assert not isinstance(command, WorkflowCommand)
         outcome = transitions_pkg.apply(agg, command, at)
         seen.append(f"{command.name} {outcome.kind.value} {outcome.code.value}")
         if isinstance(outcome, Applied):
             agg = outcome.aggregate
             events += [f"{e.seq} {e.type} {e.actor.value} {e.attempt_id}" for e in outcome.events]
-    return (*seen, repr(agg), *events)
+    return (*seen, repr(agg), *(() if wf is None else (repr(wf),)), *events)
+
+
+# -- directed Workflow examples (SPEC §4) ----------------------------------------------------------
+WF_RUN = "wfq"
+WF_TOKEN = "5" * 64
+ONE_STEP = (StepShape((), 2, 0),)  # one step, a retry left
+TWO_STEPS = (StepShape((), 1, 0), StepShape((0,), 1, 0))  # k1 waits for k0
+
+
+def wf_running(shapes: tuple[StepShape, ...] = TWO_STEPS) -> list[Step]:
+    """Admit, frontier (k0 ready at epoch 2), admit its Task, prepare, record the handle fact."""
+    admission = plan_command(WF_RUN, shapes)
+    attempt = wf_attempt(shapes)
+    return [
+        (T0, admission),
+        (T0, AdvanceFrontier(WF_RUN)),
+        (T0, AdmitTask(WF_RUN, f"{WF_RUN}-s0", 2)),
+        (T0 + 1, PrepareTask(WF_RUN, attempt, "local", 1, WF_TOKEN)),
+        (T0 + 5, RecordTaskHandle(WF_RUN, attempt, "pid:1", T0 + 2)),
+    ]
+
+
+def wf_attempt(shapes: tuple[StepShape, ...] = TWO_STEPS) -> str:
+    return workflow_task_attempt_id(plan_command(WF_RUN, shapes).plan_digest, f"{WF_RUN}-s0", 2)
+
+
+def wf_completed(
+    outcome: CompletionOutcome, shapes: tuple[StepShape, ...] = TWO_STEPS
+) -> list[Step]:
+    attempt = wf_attempt(shapes)
+    receipt = LocalReceipt(WF_RUN, attempt, 1, WF_TOKEN, outcome, T0 + 2, 0)
+    return [*wf_running(shapes), (T0 + 6, CompleteTask(WF_RUN, attempt, receipt))]
+
+
+def _probe_wf_failed_dependency() -> list[Step]:
+    return [*wf_completed(CompletionOutcome.FAILED), (T0 + 7, AdvanceFrontier(WF_RUN))]
+
+
+def _probe_wf_frontier_after_first() -> list[Step]:
+    return [*wf_completed(CompletionOutcome.SUCCEEDED), (T0 + 7, AdvanceFrontier(WF_RUN))]
+
+
+def _probe_wf_prepare_under_intent() -> list[Step]:
+    script = wf_running()[:3]
+    return [
+        *script,
+        (T0, RequestWorkflowCancel(WF_RUN, CancelReason.USER)),
+        (T0 + 1, PrepareTask(WF_RUN, wf_attempt(), "local", 1, WF_TOKEN)),
+    ]
+
+
+def _probe_wf_converge_unstopped() -> list[Step]:
+    return [
+        *wf_running(),
+        (T0 + 6, RequestWorkflowCancel(WF_RUN, CancelReason.USER)),
+        (T0 + 7, ConvergeWorkflowCancel(WF_RUN, ())),
+    ]
+
+
+def _probe_wf_recover_not_running() -> list[Step]:
+    attempt = wf_attempt(ONE_STEP)
+    return [
+        *wf_running(ONE_STEP),
+        (T0 + 9, RecoverTaskStartup(WF_RUN, attempt, NotRunningEvidence())),
+    ]
+
+
+def _probe_wf_recover_unknown() -> list[Step]:
+    unknown = UnknownEvidence(UnknownReason.PROBE_FAILED)
+    return [*wf_running(), (T0 + 9, RecoverTaskStartup(WF_RUN, wf_attempt(), unknown))]
+
+
+def _probe_wf_handle_fact() -> list[Step]:
+    return wf_completed(CompletionOutcome.SUCCEEDED)
+
+
+def _probe_wf_stale_admission_replay() -> list[Step]:
+    return [
+        *wf_completed(CompletionOutcome.FAILED, ONE_STEP),
+        (T0 + 7, AdmitTask(WF_RUN, f"{WF_RUN}-s0", 2)),
+    ]
 
 
 # -- the registry ----------------------------------------------------------------------------------
@@ -571,6 +684,146 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         lost,
         aim="retry",
+    ),
+    # -- Workflow mutants (SPEC §4, ADR-0229), hunted by the Workflow model first -------------
+    Mutant(
+        "wf_frontier_ready_after_failed_dependency",
+        "WF-14",
+        "§4.4 frontier (decision WF-2): ready only when every dependency succeeded",
+        "frontier_changes promotes a step whose dependencies are final, whatever their outcome",
+        (
+            SourcePatch(
+                WF_RULES,
+                "            if all(d is StepRunStatus.SUCCEEDED for d in deps):\n"
+                "                target = StepRunStatus.READY\n",
+                "            if all(d.final for d in deps):\n"
+                "                target = StepRunStatus.READY\n",
+            ),
+        ),
+        _probe_wf_failed_dependency,
+        aim="workflow",
+    ),
+    Mutant(
+        "wf_frontier_finishes_parent_early",
+        "WF-05",
+        "§4.4 / I-W3: the frontier ends the parent only when every StepRun is final",
+        "advance_frontier ends the parent once any StepRun is final",
+        (
+            SourcePatch(
+                WF_FRONTIER,
+                "    if all(s.status.final for s in steps):\n",
+                "    if any(s.status.final for s in steps):\n",
+            ),
+        ),
+        _probe_wf_frontier_after_first,
+        aim="workflow",
+    ),
+    Mutant(
+        "wf_dispatch_under_cancel_intent",
+        "WF-04",
+        "§4.3: dispatchable only with a `running` parent without cancellation intent",
+        "prepare_task and dispatchable check only that the parent is running",
+        (
+            SourcePatch(
+                WF_EXECUTION,
+                "    if wf.run.has_cancel_intent:\n"
+                "        return Rejected(Code.CANCEL_REQUESTED)\n"
+                "    if not dispatchable(wf, attempt):\n",
+                "    if not dispatchable(wf, attempt):\n",
+            ),
+            SourcePatch(
+                WF_RULES,
+                "        and step.version == entry.step_run_version\n"
+                "        and open_for_tasks(wf)\n",
+                "        and step.version == entry.step_run_version\n"
+                "        and wf.run.status is RunStatus.RUNNING\n",
+            ),
+        ),
+        _probe_wf_prepare_under_intent,
+        aim="workflow",
+    ),
+    Mutant(
+        "wf_convergence_without_stop",
+        "WF-16",
+        "§4.4 phase 1 / §4.8: converge only after every started process was stopped exactly",
+        "converge_workflow_cancel drops the LIVE_EXECUTION refusal",
+        (
+            SourcePatch(
+                WF_CANCELLATION,
+                "    if any(a.attempt_id not in stopped for a in started_attempts(wf)):\n"
+                "        return Rejected(Code.LIVE_EXECUTION)\n",
+                "",
+            ),
+        ),
+        _probe_wf_converge_unstopped,
+        aim="workflow",
+    ),
+    Mutant(
+        "wf_recovery_not_running_retries_step",
+        "WF-08",
+        "§4.5 [decision]: not-running evidence: Attempt lost, StepRun failed, no new epoch",
+        "recover_task_startup reads not_running as a failed run and retries the step",
+        (
+            SourcePatch(
+                WF_RECOVERY,
+                "tx, wf, attempt, step, AttemptStatus.LOST, actor=Actor.RECONCILER,\n"
+                "            error_code=lost, retry=False,\n",
+                "tx, wf, attempt, step, AttemptStatus.FAILED, actor=Actor.RECONCILER,\n"
+                "            error_code=lost,\n",
+            ),
+        ),
+        _probe_wf_recover_not_running,
+        aim="workflow",
+    ),
+    Mutant(
+        "wf_recovery_unknown_fails_open",
+        "WF-08",
+        "§4.5 / §2.1: unknown evidence writes nothing (fail closed)",
+        "recover_task_startup reads unknown evidence as not_running",
+        (
+            SourcePatch(
+                WF_RECOVERY,
+                "    if isinstance(evidence, UnknownEvidence):\n"
+                "        return Rejected(Code(evidence.reason.value))\n",
+                "    if isinstance(evidence, UnknownEvidence):\n"
+                "        evidence = NotRunningEvidence()\n",
+            ),
+        ),
+        _probe_wf_recover_unknown,
+        aim="workflow",
+    ),
+    Mutant(
+        "wf_start_time_from_clock",
+        "WF-11",
+        "§4.7 / I-W5: the Attempt's started_at_ms is the handle fact, never a clock read",
+        "record_task_handle stores the observation time as the Attempt's start",
+        (
+            SourcePatch(
+                WF_EXECUTION,
+                "        executor_handle=command.executor_handle,\n"
+                "        started_at_ms=command.started_at_ms,\n",
+                "        executor_handle=command.executor_handle,\n"
+                "        started_at_ms=observed_at_ms,\n",
+            ),
+        ),
+        _probe_wf_handle_fact,
+        aim="workflow",
+    ),
+    Mutant(
+        "wf_admission_replay_checks_current_epoch",
+        "WF-17",
+        "§4.3: the same (step_run_id, v) again returns the existing entry, whatever happened since",
+        "admit_task looks the ledger up at the StepRun's current epoch, not the command's",
+        (
+            SourcePatch(
+                WF_ADMISSION,
+                "    if wf.admission_for(step.step_run_id, command.step_run_version)"
+                " is not None:\n",
+                "    if wf.admission_for(step.step_run_id, step.version) is not None:\n",
+            ),
+        ),
+        _probe_wf_stale_admission_replay,
+        aim="workflow",
     ),
 )
 

@@ -13,7 +13,16 @@ from types import MappingProxyType
 from runners.named_sql import SqlFileError
 from runners.named_sql import load as load_package
 
-__all__ = ["DISPATCH", "PROJECTION", "REGISTRY", "SOURCES", "STATEMENTS", "SqlFileError", "load"]
+__all__ = [
+    "DISPATCH",
+    "PROJECTION",
+    "REGISTRY",
+    "SOURCES",
+    "STATEMENTS",
+    "WORKFLOW",
+    "SqlFileError",
+    "load",
+]
 
 
 def load(filename: str) -> Mapping[str, str]:
@@ -25,3 +34,5 @@ PROJECTION: Mapping[str, str] = MappingProxyType(dict(load("projection.sql")))
 SOURCES: Mapping[str, str] = MappingProxyType(dict(load("sources.sql")))
 REGISTRY: Mapping[str, str] = MappingProxyType(dict(load("registry.sql")))
 DISPATCH: Mapping[str, str] = MappingProxyType(dict(load("dispatch.sql")))
+#: The Workflow loads, writes and backdoor reads (`workflow.sql`, SPEC §4).
+WORKFLOW: Mapping[str, str] = MappingProxyType(dict(load("workflow.sql")))

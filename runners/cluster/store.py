@@ -26,7 +26,6 @@ from psycopg_pool import ConnectionPool
 
 from kernel import (
     Attempt,
-    Effect,
     Lease,
     Run,
     RunAggregate,
@@ -34,12 +33,14 @@ from kernel import (
     WorkerSession,
     attempt_lock_key,
 )
+from kernel.workflow import TaskAdmission, WorkflowAdmission, WorkflowAggregate, WorkflowEffect
 from runners.cluster.migrate import MIGRATION_LOCK_KEY, migrate
-from runners.cluster.named_sql import PROJECTION, REGISTRY, SOURCES, STATEMENTS
+from runners.cluster.named_sql import PROJECTION, REGISTRY, SOURCES, STATEMENTS, WORKFLOW
 from runners.cluster.session_rows import session_record, stored_view
 from runners.engine import StaleWrite
-from runners.rows import ATTEMPT_TYPES, LEASE_TYPES, POLICY_TYPES, RUN_TYPES, effect_statement
+from runners.rows import ATTEMPT_TYPES, LEASE_TYPES, POLICY_TYPES, RUN_TYPES
 from runners.sql_sources import SqlSources
+from runners.workflow_rows import step_run_from_row, workflow_effect_statement
 
 Projection = dict[str, list[dict[str, Any]]]
 
@@ -54,6 +55,13 @@ _TABLES: tuple[tuple[str, str], ...] = (
     ("policies", "project_policies"),
     ("leases", "project_leases"),
     ("events", "project_events"),
+)
+
+
+_WORKFLOW_TABLES: tuple[tuple[str, str], ...] = (
+    ("workflow_admissions", "project_workflow_admissions"),
+    ("step_runs", "project_step_runs"),
+    ("task_admissions", "project_task_admissions"),
 )
 
 
@@ -99,7 +107,9 @@ class ClusterTransaction:
     def _run(self, name: str, params: Mapping[str, Any]) -> psycopg.Cursor[Any]:
         if self._trace is not None:
             self._trace.append(name)
-        return self._conn.execute(STATEMENTS[name], params)
+        # Looked up at call time, Run statements first (a test may plant an edited section).
+        text = STATEMENTS[name] if name in STATEMENTS else WORKFLOW[name]
+        return self._conn.execute(text, params)
 
     def _lock_attempt(self, attempt_id: str) -> None:
         self._run("attempt_lock", {"key": attempt_lock_key(attempt_id)})
@@ -146,9 +156,35 @@ class ClusterTransaction:
         ).fetchone()
         return None if row is None else stored_view(session_record(row))
 
-    def execute(self, effect: Effect) -> None:
+    def load_workflow(self, run_id: str) -> WorkflowAggregate | None:
+        """A Workflow aggregate (SPEC §4): the Run row locked `FOR UPDATE` first (every Workflow
+        transaction writes the Run, so that lock serializes them), then its Attempts, admission,
+        StepRuns and ledger. `None` when the Run does not exist or is not a Workflow."""
+        core = self._load(run_id)
+        if core is None:
+            return None
+        key = {"run_id": run_id}
+        admission = _rows(self._run("select_workflow_admission", key))
+        if not admission:
+            return None
+        return WorkflowAggregate(
+            core=core,
+            admission=WorkflowAdmission(**admission[0]),
+            step_runs=tuple(
+                step_run_from_row(r) for r in _rows(self._run("select_step_runs_of_run", key))
+            ),
+            ledger=tuple(
+                TaskAdmission(**r) for r in _rows(self._run("select_task_admissions_of_run", key))
+            ),
+        )
+
+    def load_workflow_of_attempt(self, attempt_id: str) -> WorkflowAggregate | None:
+        found = self._run("select_run_id_of_attempt", {"attempt_id": attempt_id}).fetchone()
+        return None if found is None else self.load_workflow(str(found[0]))
+
+    def execute(self, effect: WorkflowEffect) -> None:
         """One effect, one named statement; a guard that no longer holds raises `StaleWrite`."""
-        name, params = effect_statement(effect)
+        name, params = workflow_effect_statement(effect)
         self._write(name, _pg_params(params))
 
     def _write(self, name: str, params: Mapping[str, Any]) -> None:
@@ -258,6 +294,15 @@ class ClusterStore(SqlSources):
                         if isinstance(row["payload"], str):
                             row["payload"] = json.loads(row["payload"])
                 out[table] = rows
+            # The Workflow tables (SPEC §4.1), only when they hold a row: the projection of a
+            # store without Workflows is the Run domain's alone (as on the edge runner).
+            for table, statement in _WORKFLOW_TABLES:
+                rows = _rows(conn.execute(WORKFLOW[statement]))
+                for row in rows:
+                    if "depends_on" in row:
+                        row["depends_on"] = json.loads(row["depends_on"])
+                if rows:
+                    out[table] = rows
             conn.execute(STATEMENTS["commit"])
         return out
 

@@ -8,7 +8,15 @@ from collections.abc import Mapping
 from runners.named_sql import SqlFileError, parse_sections
 from runners.named_sql import load as load_package
 
-__all__ = ["PROJECTION", "SOURCES", "STATEMENTS", "SqlFileError", "load", "parse_sections"]
+__all__ = [
+    "PROJECTION",
+    "SOURCES",
+    "STATEMENTS",
+    "WORKFLOW",
+    "SqlFileError",
+    "load",
+    "parse_sections",
+]
 
 
 def load(filename: str) -> Mapping[str, str]:
@@ -22,3 +30,5 @@ STATEMENTS = load("statements.sql")
 SOURCES = load("sources.sql")
 #: The backdoor reader of the canonical projection (`projection.sql`).
 PROJECTION = load("projection.sql")
+#: The Workflow loads, writes and backdoor reads (`workflow.sql`, SPEC §4).
+WORKFLOW = load("workflow.sql")

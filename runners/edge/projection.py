@@ -17,7 +17,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from runners.edge.named_sql import PROJECTION, STATEMENTS
+from runners.edge.named_sql import PROJECTION, STATEMENTS, WORKFLOW
 
 Projection = dict[str, list[dict[str, Any]]]
 
@@ -31,12 +31,29 @@ _TABLES: tuple[tuple[str, str], ...] = (
 )
 
 
+#: The Workflow tables (SPEC §4.1) -> their statements in `sql/workflow.sql`. Projected only when
+#: they hold a row, so the projection of a store without Workflows is the Run domain's alone.
+_WORKFLOW_TABLES: tuple[tuple[str, str], ...] = (
+    ("workflow_admissions", "project_workflow_admissions"),
+    ("step_runs", "project_step_runs"),
+    ("task_admissions", "project_task_admissions"),
+)
+
+
 def _convert(table: str, row: dict[str, Any]) -> dict[str, Any]:
-    if table == "policies":
+    if table == "step_runs":
+        row["depends_on"] = json.loads(row["depends_on"])
+    elif table == "policies":
         row["retry_on_lost"] = bool(row["retry_on_lost"])
     elif table == "events":
         row["payload"] = json.loads(row["payload"])
     return row
+
+
+def _read(conn: sqlite3.Connection, table: str, statement: str) -> list[dict[str, Any]]:
+    cursor = conn.execute(statement)
+    names = [d[0] for d in cursor.description]
+    return [_convert(table, dict(zip(names, row, strict=True))) for row in cursor.fetchall()]
 
 
 def read_only_uri(path: Path) -> str:
@@ -47,13 +64,13 @@ def project_file(path: Path) -> Projection:
     """The canonical projection of the committed state of the file at `path`."""
     conn = sqlite3.connect(read_only_uri(path), uri=True, isolation_level=None)
     with closing(conn):
-        conn.execute(STATEMENTS["begin_deferred"])  # one snapshot for all five tables
+        conn.execute(STATEMENTS["begin_deferred"])  # one snapshot for all the tables
         out: Projection = {}
         for table, statement in _TABLES:
-            cursor = conn.execute(PROJECTION[statement])
-            names = [d[0] for d in cursor.description]
-            out[table] = [
-                _convert(table, dict(zip(names, row, strict=True))) for row in cursor.fetchall()
-            ]
+            out[table] = _read(conn, table, PROJECTION[statement])
+        for table, statement in _WORKFLOW_TABLES:
+            rows = _read(conn, table, WORKFLOW[statement])
+            if rows:
+                out[table] = rows
         conn.execute(STATEMENTS["commit"])
     return out

@@ -24,19 +24,20 @@ from typing import Any, Final, TypeVar
 
 from kernel import (
     Attempt,
-    Effect,
     Lease,
     Run,
     RunAggregate,
     RunRetryPolicy,
 )
+from kernel.workflow import TaskAdmission, WorkflowAdmission, WorkflowAggregate, WorkflowEffect
 from runners.edge import sources
 from runners.edge.connection import DEFAULT_BUSY_TIMEOUT_MS, SqliteAuthority
-from runners.edge.named_sql import STATEMENTS
+from runners.edge.named_sql import STATEMENTS, WORKFLOW
 from runners.edge.projection import Projection, project_file
 from runners.engine import StaleWrite
-from runners.rows import ATTEMPT_TYPES, LEASE_TYPES, POLICY_TYPES, RUN_TYPES, effect_statement
+from runners.rows import ATTEMPT_TYPES, LEASE_TYPES, POLICY_TYPES, RUN_TYPES
 from runners.sql_sources import SqlSources
+from runners.workflow_rows import step_run_from_row, workflow_effect_statement
 
 T = TypeVar("T")
 
@@ -98,14 +99,41 @@ class EdgeTransaction:
         ).fetchone()
         return None if found is None else self.load_run(str(found[0]))
 
-    def execute(self, effect: Effect) -> None:
+    def load_workflow(self, run_id: str) -> WorkflowAggregate | None:
+        """A Workflow aggregate (SPEC §4): the Run with its Attempts, then its admission,
+        StepRuns and ledger, in this `BEGIN IMMEDIATE` transaction. `None` when the Run does
+        not exist or is not a Workflow."""
+        core = self.load_run(run_id)
+        if core is None:
+            return None
+        key = {"run_id": run_id}
+        cur = self._conn.execute(WORKFLOW["select_workflow_admission"], key)
+        found = cur.fetchone()
+        if found is None:
+            return None
+        admission = _entity(WorkflowAdmission, {}, cur, found)
+        cur = self._conn.execute(WORKFLOW["select_step_runs_of_run"], key)
+        names = [d[0] for d in cur.description]
+        steps = tuple(step_run_from_row(dict(zip(names, r, strict=True))) for r in cur.fetchall())
+        cur = self._conn.execute(WORKFLOW["select_task_admissions_of_run"], key)
+        ledger = tuple(_entity(TaskAdmission, {}, cur, r) for r in cur.fetchall())
+        return WorkflowAggregate(core=core, admission=admission, step_runs=steps, ledger=ledger)
+
+    def load_workflow_of_attempt(self, attempt_id: str) -> WorkflowAggregate | None:
+        found = self._conn.execute(
+            STATEMENTS["select_run_id_of_attempt"], {"attempt_id": attempt_id}
+        ).fetchone()
+        return None if found is None else self.load_workflow(str(found[0]))
+
+    def execute(self, effect: WorkflowEffect) -> None:
         """One effect, one named statement; a guard that no longer holds raises `StaleWrite`."""
-        name, params = effect_statement(effect)
+        name, params = workflow_effect_statement(effect)
         self._write(name, params)
 
     def _write(self, name: str, params: Mapping[str, Any]) -> None:
         try:
-            cursor = self._conn.execute(STATEMENTS[name], params)
+            text = STATEMENTS[name] if name in STATEMENTS else WORKFLOW[name]
+            cursor = self._conn.execute(text, params)
         except sqlite3.IntegrityError as exc:
             if exc.sqlite_errorname in STALE_CONSTRAINTS:
                 raise StaleWrite(f"{name}: {exc.sqlite_errorname}") from None

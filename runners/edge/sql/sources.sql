@@ -227,3 +227,115 @@ WHERE r.status = 'queued'
       > (:after_queued_at_ms, :after_created_at_ms, :after_attempt_id)
 ORDER BY k0, k1, a.attempt_id
 LIMIT :limit + 1;
+
+-- ---------------------------------------------------------------- Workflow sources (§4) -----
+-- They mirror kernel/workflow/selection.py (and its `rules` predicates). A Workflow is a Run of
+-- kind `workflow` with an admission row; its steps' dependencies are the JSON array
+-- `depends_on`, read with json_each.
+
+-- name: workflow_cancel_candidates
+-- Phase 1 (§4.4): Workflows still `running` with a cancellation intent. Key
+-- (cancel_requested_at_ms, run_id).
+SELECT r.run_id AS run_id, r.cancel_requested_at_ms AS k0
+FROM runs AS r INDEXED BY runs_by_status
+JOIN workflow_admissions AS w ON w.run_id = r.run_id
+WHERE r.status = 'running'
+  AND r.kind = 'workflow'
+  AND r.cancel_requested_at_ms IS NOT NULL
+  AND (r.cancel_requested_at_ms, r.run_id) > (:after_k0, :after_run_id)
+ORDER BY k0, r.run_id
+LIMIT :limit + 1;
+
+-- name: workflow_frontier_candidates
+-- Phase 3 (§4.4, B-62): open Workflows (running, no intent) with a `pending` StepRun whose
+-- dependencies all succeeded or one of which ended otherwise, or with every StepRun final. Key
+-- (created_at_ms, run_id).
+SELECT r.run_id AS run_id, r.created_at_ms AS k0
+FROM runs AS r INDEXED BY runs_by_status
+JOIN workflow_admissions AS w ON w.run_id = r.run_id
+WHERE r.status = 'running'
+  AND r.kind = 'workflow'
+  AND r.cancel_requested_at_ms IS NULL
+  AND (r.created_at_ms, r.run_id) > (:after_k0, :after_run_id)
+  AND (
+      NOT EXISTS (
+          SELECT 1 FROM step_runs AS s
+          WHERE s.run_id = r.run_id
+            AND s.status NOT IN ('succeeded', 'failed', 'cancelled', 'timed_out')
+      )
+      OR EXISTS (
+          SELECT 1 FROM step_runs AS s
+          WHERE s.run_id = r.run_id
+            AND s.status = 'pending'
+            AND (
+                NOT EXISTS (
+                    SELECT 1 FROM json_each(s.depends_on) AS d
+                    JOIN step_runs AS p ON p.run_id = r.run_id AND p.step_key = d.value
+                    WHERE p.status <> 'succeeded'
+                )
+                OR EXISTS (
+                    SELECT 1 FROM json_each(s.depends_on) AS d
+                    JOIN step_runs AS p ON p.run_id = r.run_id AND p.step_key = d.value
+                    WHERE p.status IN ('failed', 'cancelled', 'timed_out')
+                )
+            )
+      )
+  )
+ORDER BY k0, r.run_id
+LIMIT :limit + 1;
+
+-- name: task_admission_candidates
+-- Phase 4 (§4.3): `ready` StepRuns due at :observed_at_ms, of an open Workflow, with no
+-- admission at their epoch and attempts left. Key (ready_at_ms, step_run_id, version).
+SELECT s.run_id AS run_id, coalesce(s.ready_at_ms, 0) AS k0, s.step_run_id AS step_run_id,
+       s.version AS version
+FROM step_runs AS s INDEXED BY step_runs_by_status
+JOIN runs AS r ON r.run_id = s.run_id
+WHERE s.status = 'ready'
+  AND coalesce(s.ready_at_ms, 0) <= :observed_at_ms
+  AND r.status = 'running'
+  AND r.cancel_requested_at_ms IS NULL
+  AND NOT EXISTS (
+      SELECT 1 FROM task_admissions AS t
+      WHERE t.step_run_id = s.step_run_id AND t.step_run_version = s.version
+  )
+  AND (SELECT count(*) FROM task_admissions AS t WHERE t.step_run_id = s.step_run_id)
+      < s.max_attempts
+  AND (coalesce(s.ready_at_ms, 0), s.step_run_id, s.version)
+      > (:after_k0, :after_step_run_id, :after_version)
+ORDER BY k0, s.step_run_id, s.version
+LIMIT :limit + 1;
+
+-- name: task_dispatch_candidates
+-- Phase 5, the Task half of D-15 (§4.3, WF-04): a `claimed` Task Attempt of the local executor
+-- type with its ledger entry, its StepRun exactly `ready` at the ledger's epoch, its parent
+-- running without intent. Key (admitted_at_ms, attempt_id).
+SELECT t.run_id AS run_id, a.attempt_id AS attempt_id, t.admitted_at_ms AS k0
+FROM step_runs AS s INDEXED BY step_runs_by_status
+JOIN task_admissions AS t
+  ON t.step_run_id = s.step_run_id AND t.step_run_version = s.version
+JOIN attempts AS a ON a.attempt_id = t.attempt_id
+JOIN runs AS r ON r.run_id = t.run_id
+WHERE s.status = 'ready'
+  AND a.status = 'claimed'
+  AND a.step_run_id = s.step_run_id
+  AND a.executor_type = :local_executor_type
+  AND r.status = 'running'
+  AND r.cancel_requested_at_ms IS NULL
+  AND (t.admitted_at_ms, a.attempt_id) > (:after_k0, :after_attempt_id)
+ORDER BY k0, a.attempt_id
+LIMIT :limit + 1;
+
+-- name: task_recovery_candidates
+-- §4.5: the started Task Attempts (starting/running) of every Workflow. Key (attempt_id).
+SELECT a.run_id AS run_id, a.attempt_id AS attempt_id
+FROM runs AS r INDEXED BY runs_by_status
+JOIN workflow_admissions AS w ON w.run_id = r.run_id
+JOIN attempts AS a ON a.run_id = r.run_id
+WHERE r.status = 'running'
+  AND r.kind = 'workflow'
+  AND a.status IN ('starting', 'running')
+  AND a.step_run_id IS NOT NULL
+  AND a.attempt_id > :after_attempt_id
+ORDER BY a.attempt_id
+LIMIT :limit + 1;

@@ -1,4 +1,4 @@
-"""The committed state diagrams are exactly what the seven tables generate."""
+"""The committed state diagrams are exactly what the tables generate."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from kernel.specs.journal import JOURNAL_TABLE
 from kernel.specs.journal_ownership import OWNERSHIP_TABLE
 from kernel.specs.tables import ATTEMPT_TABLE, LEASE_TABLE, RUN_TABLE
 from kernel.specs.worker_session import SESSION_TABLE
+from kernel.specs.workflow import STEP_RUN_TABLE, TASK_ATTEMPT_TABLE, WORKFLOW_RUN_TABLE
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -24,7 +25,7 @@ def test_committed_diagrams_match_the_tables() -> None:
 
 
 def test_every_machine_has_a_diagram_of_every_edge() -> None:
-    """Eight machines, one diagram each, every edge drawn (as one arrow per source and target)."""
+    """Eleven machines, one diagram each, every edge drawn (one arrow per source and target)."""
     tables = [table for _title, table, _module in DIAGRAMS]
     expected = [
         RUN_TABLE,
@@ -35,6 +36,9 @@ def test_every_machine_has_a_diagram_of_every_edge() -> None:
         INBOX_TABLE,
         SESSION_TABLE,
         CADENCE_TABLE,
+        WORKFLOW_RUN_TABLE,
+        STEP_RUN_TABLE,
+        TASK_ATTEMPT_TABLE,
     ]
     assert [id(t) for t in tables] == [id(t) for t in expected]
     document = render()

@@ -36,7 +36,10 @@ def _source(section: str, old: str, new: str) -> SqlEdit:
 
 
 #: `ClusterTransaction.execute`'s body, the text the Event and split-commit mutants edit.
-_EXECUTE = "name, params = effect_statement(effect)\n        self._write(name, _pg_params(params))"
+_EXECUTE = (
+    "name, params = workflow_effect_statement(effect)\n"
+    "        self._write(name, _pg_params(params))"
+)
 
 
 def _cluster(
@@ -206,7 +209,7 @@ MUTANTS: tuple[RunnerMutant, ...] = (
             STORE,
             "ClusterTransaction.execute",
             _EXECUTE,
-            "name, params = effect_statement(effect)\n"
+            "name, params = workflow_effect_statement(effect)\n"
             '        if name != "insert_event":\n'
             "            self._write(name, _pg_params(params))",
         ),
@@ -224,7 +227,7 @@ MUTANTS: tuple[RunnerMutant, ...] = (
             STORE,
             "ClusterTransaction.execute",
             _EXECUTE,
-            "name, params = effect_statement(effect)\n"
+            "name, params = workflow_effect_statement(effect)\n"
             '        if name == "insert_event":\n'
             '            self._conn.execute(STATEMENTS["commit"])\n'
             "        self._write(name, _pg_params(params))",
@@ -242,7 +245,7 @@ MUTANTS: tuple[RunnerMutant, ...] = (
             STORE,
             "ClusterTransaction.execute",
             _EXECUTE,
-            "name, params = effect_statement(effect)\n"
+            "name, params = workflow_effect_statement(effect)\n"
             "        self._write(name, _pg_params(params))\n"
             '        if name == "update_run":\n'
             '            self._conn.execute(STATEMENTS["commit"])',

@@ -36,7 +36,7 @@ def _source(section: str, old: str, new: str) -> SqlEdit:
 
 
 #: `EdgeTransaction.execute`'s body, the text the Event and split-commit mutants edit.
-_EXECUTE = "name, params = effect_statement(effect)\n        self._write(name, params)"
+_EXECUTE = "name, params = workflow_effect_statement(effect)\n        self._write(name, params)"
 
 
 def _edge(
@@ -188,7 +188,7 @@ MUTANTS: tuple[RunnerMutant, ...] = (
             STORE,
             "EdgeTransaction.execute",
             _EXECUTE,
-            "name, params = effect_statement(effect)\n"
+            "name, params = workflow_effect_statement(effect)\n"
             '        if name != "insert_event":\n'
             "            self._write(name, params)",
         ),
@@ -205,7 +205,7 @@ MUTANTS: tuple[RunnerMutant, ...] = (
             STORE,
             "EdgeTransaction.execute",
             _EXECUTE,
-            "name, params = effect_statement(effect)\n"
+            "name, params = workflow_effect_statement(effect)\n"
             '        if name == "insert_event":\n'
             '            self._conn.execute(STATEMENTS["commit"])\n'
             '            self._conn.execute(STATEMENTS["begin_immediate"])\n'
@@ -224,7 +224,7 @@ MUTANTS: tuple[RunnerMutant, ...] = (
             STORE,
             "EdgeTransaction.execute",
             _EXECUTE,
-            "name, params = effect_statement(effect)\n"
+            "name, params = workflow_effect_statement(effect)\n"
             "        self._write(name, params)\n"
             '        if name == "update_run":\n'
             '            self._conn.execute(STATEMENTS["commit"])\n'

@@ -67,10 +67,11 @@ from kernel import (
 )
 from kernel.specs.codes import Code
 from kernel.specs.states import Actor, AttemptStatus, CancelReason, LeaseStatus
+from kernel.workflow import StepRun, TaskAdmission, WorkflowAdmission
 from runners.edge import migrate as migrate_module
 from runners.edge.connection import EdgeConfigError
 from runners.edge.migrate import MigrationError, migrate, migrations, split_statements
-from runners.edge.named_sql import SOURCES, STATEMENTS, SqlFileError, parse_sections
+from runners.edge.named_sql import SOURCES, STATEMENTS, WORKFLOW, SqlFileError, parse_sections
 from runners.edge.projection import read_only_uri
 from runners.edge.store import EdgeStore, EdgeTransaction
 from runners.edge.tasks import TASKS
@@ -226,6 +227,12 @@ ENTITY_TABLES: dict[str, type] = {
     "run_dispatch_leases": Lease,
     "events": Event,
 }
+#: The Workflow tables (migration 0003, SPEC §4.1, issue 18): each a kernel Workflow entity.
+WORKFLOW_TABLES: dict[str, type] = {
+    "workflow_admissions": WorkflowAdmission,
+    "step_runs": StepRun,
+    "task_admissions": TaskAdmission,
+}
 #: The task store's tables (migration 0002, issue 15): not the Run domain, and not used by
 #: recovery or lost retry; they leave the Run tables above exactly as §1.1 has them.
 TASK_TABLES = frozenset({"tasks", "task_revisions", "task_schedules"})
@@ -240,6 +247,8 @@ SCHEMA_INDEXES: dict[str, tuple[str, str] | None] = {
     "runs_by_status": ("sources", "local_dispatch_candidates"),  # also cancel convergence
     "run_dispatch_leases_by_run": ("statements", "select_leases_of_run"),  # aggregate load
     "task_schedules_by_due": ("tasks", "due_schedules"),  # the schedule phase (issue 15)
+    "step_runs_by_status": ("sources", "task_admission_candidates"),  # Workflow phase 4
+    "task_admissions_by_run": ("workflow", "select_task_admissions_of_run"),  # Workflow load
 }
 
 
@@ -256,8 +265,10 @@ def test_the_created_schema_is_the_run_domain_of_1_1(tmp_path: Path) -> None:
             "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name"
         ).fetchall()
         tables = {name for kind, name in objects if kind == "table"}
-        assert tables == set(ENTITY_TABLES) | {"schema_version"} | TASK_TABLES
-        for table, entity in ENTITY_TABLES.items():
+        assert tables == set(ENTITY_TABLES) | {"schema_version"} | TASK_TABLES | set(
+            WORKFLOW_TABLES
+        )
+        for table, entity in (ENTITY_TABLES | WORKFLOW_TABLES).items():
             columns = [
                 row[1] for row in conn.execute("SELECT * FROM pragma_table_info(?)", (table,))
             ]
@@ -273,11 +284,16 @@ def test_the_created_schema_is_the_run_domain_of_1_1(tmp_path: Path) -> None:
             if user is None:
                 continue
             kind, name = user
-            statement = {"sources": SOURCES, "statements": STATEMENTS, "tasks": TASKS}[kind][name]
+            statement = {
+                "sources": SOURCES,
+                "statements": STATEMENTS,
+                "tasks": TASKS,
+                "workflow": WORKFLOW,
+            }[kind][name]
             params = dict.fromkeys(re.findall(r":(\w+)", statement), 1)
             rows = conn.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()
             assert any(index in str(row[3]) for row in rows), (index, name, rows)
-    assert [m.name for m in migrations()] == ["0001_initial", "0002_tasks"]
+    assert [m.name for m in migrations()] == ["0001_initial", "0002_tasks", "0003_workflows"]
 
 
 @pytest.mark.spec("CAD-16")
@@ -341,7 +357,11 @@ def test_a_changed_or_unknown_migration_is_refused(tmp_path: Path) -> None:
             "UPDATE schema_version SET checksum = ? WHERE version = 1",
             (migrations()[0].checksum,),
         )
-        conn.execute("INSERT INTO schema_version VALUES (3, '0003_future', ?)", ("1" * 64,))
+        future = len(migrations()) + 1
+        conn.execute(
+            "INSERT INTO schema_version VALUES (?, ?, ?)",
+            (future, f"{future:04d}_future", "1" * 64),
+        )
     with pytest.raises(MigrationError, match="newer"):
         EdgeStore(path)
 
