@@ -27,12 +27,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 import icontract
 
 from kernel.entities import Attempt, RunAggregate
 from kernel.evidence import Inspection
-from kernel.outcomes import Outcome
 from kernel.selection import Candidate, Page, _page
 from kernel.specs.codes import Code
 from kernel.specs.states import AttemptStatus, RunKind, RunOwner, RunStatus
@@ -187,7 +187,14 @@ def startup_budget_exhausted(candidates_counted: int, total_per_startup: int) ->
 _WATCHED_AFTER_STARTUP = frozenset({Code.LIVE})
 
 
-def watched_after_startup(outcome: Outcome) -> bool:
+class Coded(Protocol):
+    """Any kernel outcome (a Run's or a Workflow's): it has a code."""
+
+    @property
+    def code(self) -> Code: ...
+
+
+def watched_after_startup(outcome: Coded) -> bool:
     """§2.1, D-1: whether execution control keeps watching the candidate for its receipt."""
     return outcome.code in _WATCHED_AFTER_STARTUP
 

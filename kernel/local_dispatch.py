@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Protocol, TypeAlias
 
-from kernel.outcomes import Applied, Outcome
+from kernel.outcomes import Outcome
 from kernel.selection import Candidate, Page
 from kernel.specs.budgets import Paging
+from kernel.specs.states import OutcomeKind
 
 __all__ = [
     "ActivateCandidate",
@@ -35,15 +36,27 @@ __all__ = [
     "DispatchDone",
     "DispatchEnd",
     "DispatchEvent",
+    "DispatchHalf",
     "DispatchKey",
     "DispatchScan",
     "PageRead",
     "ReadDispatchPage",
+    "activated_nothing",
     "dispatch_advance",
     "dispatch_begin",
+    "shared_activation_order",
 ]
 
+#: The keyset of the ordinary source, `(queued_at_ms, attempt_created_at_ms, attempt_id)`; the
+#: Task half of D-15 pages `(admitted_at_ms, 0, attempt_id)` on the same machine.
 DispatchKey: TypeAlias = tuple[int, int, str]
+
+
+class Answer(Protocol):
+    """Any kernel outcome: it has a kind."""
+
+    @property
+    def kind(self) -> OutcomeKind: ...
 
 
 class DispatchEnd(enum.StrEnum):
@@ -102,8 +115,11 @@ class PageRead:
 
 @dataclass(frozen=True, slots=True)
 class ActivationAnswered:
+    """The kernel's answer to one activation: L1's `Outcome`, or a Task Attempt's prepare
+    (`kernel.workflow`, D-15); only its kind matters here."""
+
     candidate: Candidate[DispatchKey]
-    outcome: Outcome
+    outcome: Outcome | Answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +146,7 @@ def dispatch_advance(
     if isinstance(event, CandidateSkipped):
         return _next(scan)
     if isinstance(event, ActivationAnswered):
-        if isinstance(event.outcome, Applied):
+        if event.outcome.kind is OutcomeKind.APPLIED:
             return scan, DispatchDone(DispatchEnd.ACTIVATED, scan.tried, event.candidate)
         return _next(scan)
     page = event.page
@@ -168,3 +184,27 @@ def _next(scan: DispatchScan) -> tuple[DispatchScan, DispatchAction]:
     if scan.pages_read >= scan.paging.pages:
         return scan, DispatchDone(DispatchEnd.SCAN_LIMIT, scan.tried)
     return scan, ReadDispatchPage(scan.paging.page_size, scan.cursor)
+
+
+class DispatchHalf(enum.StrEnum):
+    """The two halves of the local dispatch phase (D-15): ordinary Runs and Task Attempts."""
+
+    ORDINARY = "ordinary"
+    TASK = "task"
+
+
+def shared_activation_order(
+    cycle_ordinal: int, activation_index: int
+) -> tuple[DispatchHalf, DispatchHalf]:
+    """D-15: ordinary and Task dispatch share the per-cycle activation budget. Each activation
+    asks one half first and the other only if the first activated nothing (`activated_nothing`);
+    which half goes first alternates with the cycle and the activation, so a steady stream of
+    either kind never starves the other."""
+    if (cycle_ordinal + activation_index) % 2 == 0:
+        return DispatchHalf.ORDINARY, DispatchHalf.TASK
+    return DispatchHalf.TASK, DispatchHalf.ORDINARY
+
+
+def activated_nothing(end: DispatchEnd) -> bool:
+    """Whether a dispatcher call left its activation unused (the other half may take it)."""
+    return end is not DispatchEnd.ACTIVATED

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Protocol, cast
 
 from kernel import Applied, Command, Effect, Outcome, Raced, RunAggregate, apply
 from kernel.specs import Code
 from kernel.workflow import (
+    WORKFLOW_COMMAND_TYPES,
     WorkflowAggregate,
     WorkflowApplied,
     WorkflowCommand,
@@ -215,3 +216,13 @@ def execute_workflow_observed(
             return outcome
     except _WorkflowRollback as rollback:
         return rollback.outcome
+
+
+def execute_any(
+    storage: WorkflowStorage, command: Command | WorkflowCommand, observed_at_ms: int
+) -> Outcome | WorkflowOutcome:
+    """`execute` for a Run command, `execute_workflow` for a Workflow command: the entry point
+    is chosen by the command's type (the kernel chose the command)."""
+    if isinstance(command, WORKFLOW_COMMAND_TYPES):
+        return execute_workflow(storage, cast(WorkflowCommand, command), observed_at_ms)
+    return execute(cast(Storage, storage), cast(Command, command), observed_at_ms)

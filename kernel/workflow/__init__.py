@@ -83,6 +83,7 @@ from kernel.workflow.plan import (
     plan_from_mapping,
 )
 from kernel.workflow.recovery import recover_task_startup, recovery_candidates
+from kernel.workflow.routing import local_completion_command
 from kernel.workflow.rules import (
     admission_due,
     dispatchable,
@@ -94,6 +95,7 @@ from kernel.workflow.rules import (
     started_attempts,
 )
 from kernel.workflow.selection import (
+    page_advances,
     task_admission_candidates,
     task_dispatch_candidates,
     task_recovery_candidates,
@@ -168,8 +170,10 @@ __all__ = [
     "fail_task_start",
     "frontier_changes",
     "frontier_due",
+    "local_completion_command",
     "needs_convergence",
     "open_for_tasks",
+    "page_advances",
     "plan_from_mapping",
     "prepare_task",
     "record_task_handle",

@@ -7,6 +7,7 @@ re-check), same total order, `limit + 1` for `has_more`, one observation time pe
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypeVar
 
 from kernel.selection import Candidate, Page, _page_from
 from kernel.specs.states import AttemptStatus
@@ -14,6 +15,7 @@ from kernel.workflow.entities import WorkflowAggregate
 from kernel.workflow.rules import admission_due, dispatchable, frontier_due, needs_convergence
 
 __all__ = [
+    "page_advances",
     "task_admission_candidates",
     "task_dispatch_candidates",
     "task_recovery_candidates",
@@ -22,6 +24,7 @@ __all__ = [
 ]
 
 _STARTED = frozenset({AttemptStatus.STARTING, AttemptStatus.RUNNING})
+K = TypeVar("K", bound=tuple[object, ...])
 
 
 def workflow_cancel_candidates(
@@ -103,3 +106,17 @@ def task_recovery_candidates(
         if a.status in _STARTED
     ]
     return _page_from(chosen, limit, after)
+
+
+def page_advances(previous: K | None, page: Page[K], limit: int) -> bool:
+    """P-rules for a Workflow phase page (§4.2): at most `limit` items, each key strictly after
+    the previous cursor and after each other. A page that breaks this fails the phase (and so
+    ends the cycle, B-61): a broken source can never make a phase loop or exceed its budget."""
+    if len(page.items) > limit:
+        return False
+    last = previous
+    for item in page.items:
+        if last is not None and not item.key > last:
+            return False
+        last = item.key
+    return True

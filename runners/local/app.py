@@ -46,6 +46,7 @@ from runners.local.launcher import LocalLauncher, LocalLayout
 from runners.local.reads import run_status_counts
 from runners.local.scheduler import LocalScheduler, SchedulerReport
 from runners.local.startup import StartupReport, local_startup_recovery
+from runners.local.workflow import TaskRecoveryReport, task_startup_recovery
 
 __all__ = ["ApplicationStopped", "LocalApplication", "wall_clock_ms"]
 
@@ -125,6 +126,7 @@ class LocalApplication:
         self._stop_lock = threading.Lock()
         self._stopped: ApplicationStopped | None = None
         self.steps: list[LocalStartStep] = []  # the O-1/O-4 steps performed, in order
+        self.task_recovery: TaskRecoveryReport | None = None
 
     def __repr__(self) -> str:
         return f"LocalApplication(db={str(self.layout.db)!r}, profile={self.profile.value})"
@@ -151,6 +153,11 @@ class LocalApplication:
         assert self.budget.startup_recovery is not None
         self.startup = local_startup_recovery(
             self.store, self.launcher, self.budget.startup_recovery, self._clock, self.started_at_ms
+        )
+        # §4.5: the Workflow Task startup recovery, after the ordinary one (which selects no
+        # Workflow, REC-07), with the same page size; it never finishes a parent Workflow.
+        self.task_recovery = task_startup_recovery(
+            self.store, self.launcher, self.budget.startup_recovery.page_size, self._clock
         )
 
     # -- O-4 -------------------------------------------------------------------------------------

@@ -34,7 +34,6 @@ from typing import Final
 from kernel import (
     Actor,
     CancelReason,
-    CompleteLocal,
     ConvergeCancel,
     LostRetryPageResult,
     RecordLocalStop,
@@ -51,13 +50,15 @@ from kernel.specs import (
     check_in_range,
     local_control_phases,
 )
+from kernel.workflow import local_completion_command
 from runners.edge.store import EdgeStore
-from runners.engine import execute
+from runners.engine import execute, execute_any
 from runners.lifecycle import CycleContext
 from runners.local.launcher import LocalLauncher
 from runners.local.reads import (
     attempt_finish,
     attempt_sequence,
+    attempt_step_run,
     deadline_candidates,
     local_stop_candidates,
 )
@@ -161,7 +162,11 @@ class LocalExecutionControl:
                     self._first_missing.pop(attempt_id, None)
                     report.without_receipt.append(attempt_id)
                 continue
-            outcome = execute(self._store, CompleteLocal(run_id, attempt_id, receipt), now)
+            # A Task Attempt's receipt completes its StepRun, never the parent (§4.4, I-W3):
+            # the kernel picks the command from the Attempt's row.
+            _, step_run_id = attempt_step_run(self._store, attempt_id)
+            command = local_completion_command(run_id, attempt_id, step_run_id, receipt)
+            outcome = execute_any(self._store, command, now)
             # Applied, replayed or refused, the kernel has answered this receipt: the Attempt is
             # settled or left for startup recovery, never offered the same receipt again.
             self._launcher.forget(attempt_id)

@@ -15,10 +15,12 @@ __all__ = [
     "LOCAL",
     "attempt_finish",
     "attempt_sequence",
+    "attempt_step_run",
     "deadline_candidates",
     "local_stop_candidates",
     "run_status_counts",
     "run_task",
+    "task_attempt_task",
 ]
 
 #: The named statements of `runners/edge/sql/local.sql`.
@@ -72,3 +74,17 @@ def attempt_finish(store: EdgeStore, attempt_id: str) -> tuple[AttemptStatus, in
 def run_status_counts(store: EdgeStore) -> dict[RunStatus, int]:
     """Runs per status (statuses with no Run are absent)."""
     return {RunStatus(r[0]): int(r[1]) for r in _rows(store, "run_status_counts", {})}
+
+
+def attempt_step_run(store: EdgeStore, attempt_id: str) -> tuple[bool, str | None]:
+    """Whether the Attempt exists, and its `step_run_id` (None for an ordinary Attempt)."""
+    rows = _rows(store, "attempt_step_run", {"attempt_id": attempt_id})
+    if not rows:
+        return False, None
+    return True, None if rows[0][0] is None else str(rows[0][0])
+
+
+def task_attempt_task(store: EdgeStore, attempt_id: str) -> tuple[str, int] | None:
+    """The `(task, revision)` a Task Attempt's ledger entry pins (§4.1)."""
+    rows = _rows(store, "task_attempt_task", {"attempt_id": attempt_id})
+    return (str(rows[0][0]), int(rows[0][1])) if rows else None

@@ -92,7 +92,10 @@ def _count(store: EdgeStore, total: int) -> int:
         after = page.cursor
 
 
-def _evidence(launcher: LocalLauncher, attempt: Attempt) -> Evidence:
+def launch_evidence(launcher: LocalLauncher, attempt: Attempt) -> Evidence:
+    """§2.1 evidence for a started local Attempt (ordinary or Task): the receipt first, then
+    two inspections of the persisted identity."""
+
     def read() -> ReceiptRead:
         try:
             receipt = launcher.receipt(attempt.attempt_id)
@@ -107,6 +110,12 @@ def _evidence(launcher: LocalLauncher, attempt: Attempt) -> Evidence:
         return _INSPECTION[launcher.inspect(target)]
 
     return collect_evidence(read, inspect)
+
+
+def adoptable(launcher: LocalLauncher, attempt: Attempt) -> str | None:
+    """The identity execution control watches an adopted (live) Attempt by."""
+    handle = launch_identity(attempt, launcher.journaled_identity(attempt.attempt_id))
+    return handle if isinstance(handle, str) else None
 
 
 def local_startup_recovery(
@@ -133,14 +142,12 @@ def local_startup_recovery(
             if attempt is None:
                 continue  # gone since the page was read: nothing to resolve
             command = RecoverLocalStartup(
-                candidate.run_id, candidate.attempt_id, _evidence(launcher, attempt)
+                candidate.run_id, candidate.attempt_id, launch_evidence(launcher, attempt)
             )
             outcome = execute(store, command, clock())
             resolved.append((candidate.attempt_id, outcome.kind.value, outcome.code.value))
             if watched_after_startup(outcome):
-                handle = launch_identity(attempt, launcher.journaled_identity(attempt.attempt_id))
-                identity = handle if isinstance(handle, str) else None
-                launcher.adopt(candidate.run_id, candidate.attempt_id, identity)
+                launcher.adopt(candidate.run_id, candidate.attempt_id, adoptable(launcher, attempt))
                 live.append(candidate.attempt_id)
         if not page.has_more:
             break

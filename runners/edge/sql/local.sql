@@ -54,3 +54,13 @@ SELECT status, finished_at_ms FROM attempts WHERE attempt_id = :attempt_id;
 -- `qlk serve --until-idle` and `qlk status`: how many Runs are in each status (one scan of the
 -- status index; the kernel's `local_idle` decides what counts as settled).
 SELECT status, count(*) FROM runs INDEXED BY runs_by_status GROUP BY status;
+
+-- name: attempt_step_run
+-- The StepRun of an Attempt (NULL for an ordinary Attempt): the completion port asks the kernel
+-- which command a receipt becomes (kernel.workflow.local_completion_command).
+SELECT step_run_id FROM attempts WHERE attempt_id = :attempt_id;
+
+-- name: task_attempt_task
+-- The task revision a Task Attempt was admitted with (its immutable ledger entry, §4.1): the
+-- launcher reads its ExecutionSpec.
+SELECT task_id, task_revision FROM task_admissions WHERE attempt_id = :attempt_id;
