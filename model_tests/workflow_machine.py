@@ -786,7 +786,10 @@ class WorkflowMachine(RuleBasedStateMachine):
                 if attempt.status in _STARTED:
                     evidence = self._evidence(attempt.attempt_id, unknowns >> index & 1, seed)
                     index += 1
-                self.deliver(RecoverTaskStartup(run_id, attempt.attempt_id, evidence))
+                # WF-6: the launcher's journal line exists iff the machine spawned the process.
+                launched = attempt.attempt_id in self.procs or attempt.executor_handle is not None
+                command = RecoverTaskStartup(run_id, attempt.attempt_id, evidence, launched)
+                self.deliver(command)
 
     def _evidence(self, attempt_id: str, unknown: int, seed: int) -> Evidence:
         proc = self.procs.get(attempt_id)

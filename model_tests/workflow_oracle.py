@@ -410,8 +410,13 @@ def _complete(wf: OWorkflow, command: CompleteTask, now: int) -> Prediction:
         return _no("an unauthenticated receipt", "rejected")
     if attempt.status in _ATTEMPT_FINAL:
         return _no("the Attempt already ended", "replayed")
-    if attempt.status is not AttemptStatus.RUNNING:
-        return _no("completion needs a running Attempt", "rejected")
+    if attempt.status not in _STARTED:
+        return _no("completion needs a started Attempt", "rejected")
+    if command.receipt.started_at_ms < attempt.created_at_ms:
+        return _no("WF-12: a start before the Attempt's creation", "rejected")
+    if attempt.started_at_ms is None:  # WF-7: a receipt before the handle fact (as L3)
+        attempt.started_at_ms = command.receipt.started_at_ms
+        wf.last_ms = max(wf.last_ms, command.receipt.started_at_ms)
     _finish(wf, attempt, _under_intent(wf, command.receipt.outcome), now)
     return _applied("§4.4 completion")
 
@@ -467,6 +472,16 @@ def _recover(wf: OWorkflow, command: RecoverTaskStartup, now: int) -> Prediction
         return _no("adopt / evidence required: nothing written", "replayed")
     if isinstance(evidence, UnknownEvidence):
         return _no("WF-08: unknown fails closed", "rejected")
+    if isinstance(evidence, NotRunningEvidence) and not command.launched and attempt.handle is None:
+        # WF-6: prepared but never launched: nothing ran; a new ready epoch, not counted.
+        step = wf.step_of(attempt.step_run_id)
+        assert step is not None
+        attempt.status = AttemptStatus.LOST
+        step.status = StepRunStatus.READY
+        step.version += 1
+        step.admissions -= 1
+        step.ready_at_ms = now
+        return _applied("§4.5 never launched: lost, a new ready epoch")
     if isinstance(evidence, NotRunningEvidence):
         _finish(wf, attempt, AttemptStatus.LOST, now, retry=False)
         return _applied("§4.5 not running: lost, StepRun failed")

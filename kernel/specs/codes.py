@@ -19,6 +19,7 @@ class Code(enum.StrEnum):
     EXECUTION_FAILED = "EXECUTION_FAILED"  # a completion with outcome `failed` (§1.2)
     WORKFLOW_STEP_FAILED = "WORKFLOW_STEP_FAILED"  # a Workflow ended with a step not succeeded
     WORKFLOW_DEPENDENCY_FAILED = "WORKFLOW_DEPENDENCY_FAILED"  # a step whose dependency failed
+    WORKFLOW_TASK_NEVER_LAUNCHED = "WORKFLOW_TASK_NEVER_LAUNCHED"  # prepared, never launched
     # -- lost retry failure codes (taken from the records) ---------------------------------
     RUN_LOST_RETRY_DISABLED = "RUN_LOST_RETRY_DISABLED"
     RUN_LOST_RETRY_UNSAFE = "RUN_LOST_RETRY_UNSAFE"

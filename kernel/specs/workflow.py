@@ -171,6 +171,7 @@ TASK_ATTEMPT_TABLE: Final = Table.of("Task Attempt", AttemptStatus, WorkflowComm
     AttemptStatus.STARTING: {
         _W.RECORD_TASK_HANDLE:       AttemptStatus.RUNNING,                # §4.4, §4.7
         _W.FAIL_TASK_START:          AttemptStatus.FAILED,                 # §4.4
+        _W.COMPLETE_TASK:            _ATTEMPT_OUTCOMES,                    # as L3 (WF-7)
         _W.CONVERGE_WORKFLOW_CANCEL: _ATTEMPT_CANCELLED,                   # after the stop (§4.8)
         _W.RECOVER_TASK_STARTUP:     _ATTEMPT_OUTCOMES | {AttemptStatus.LOST},  # §4.5
     },

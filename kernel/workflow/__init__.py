@@ -93,6 +93,7 @@ from kernel.workflow.rules import (
     open_for_tasks,
     retry_left,
     started_attempts,
+    task_launched,
 )
 from kernel.workflow.selection import (
     page_advances,
@@ -185,6 +186,7 @@ __all__ = [
     "stops_needed",
     "task_admission_candidates",
     "task_dispatch_candidates",
+    "task_launched",
     "task_recovery_candidates",
     "time_out_task",
     "workflow_cancel_candidates",

@@ -293,17 +293,23 @@ class ConvergeWorkflowCancel:
 @dataclass(frozen=True, slots=True)
 class RecoverTaskStartup(_TaskCommand):
     """§4.5: resolve one Task Attempt at startup. `evidence` is required for a started Attempt
-    (receipt first, then two inspections, §2.1) and ignored for a `claimed` one."""
+    (receipt first, then two inspections, §2.1) and ignored for a `claimed` one. `launched`:
+    whether the launcher registered this Attempt's launch (its spawn journal line, durable
+    before the command is ever sent, D-1) or a handle was recorded; `False` proves that nothing
+    ran (`kernel.workflow.task_launched` computes it)."""
 
     name: ClassVar[str] = "recover_task_startup"
     run_id: str
     attempt_id: str
     evidence: Evidence | None = None
+    launched: bool = True
 
     def __post_init__(self) -> None:
         self._ids()
         if self.evidence is not None:
             _check_evidence(self.evidence)
+        if not isinstance(self.launched, bool):
+            raise CommandError("launched", "must be a boolean")
 
 
 WorkflowCommand = (

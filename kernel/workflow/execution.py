@@ -41,6 +41,7 @@ __all__ = [
     "finish_task",
     "prepare_task",
     "record_task_handle",
+    "relaunch_task",
     "task_completion_status",
     "time_out_task",
 ]
@@ -115,6 +116,19 @@ def finish_task(
         error_code=step_error_code if step_error_code is not None else error_code,
     )
     tx.event(f"step.{step_status}", actor, step_run_id=step.step_run_id, code=error_code)
+
+
+def relaunch_task(tx: WorkflowTx, attempt: Attempt, step: StepRun) -> None:
+    """Decision WF-6: a prepared Task Attempt proven never launched (no handle, no launcher
+    journal line, D-1) never ran, so it ends `lost` (`WORKFLOW_TASK_NEVER_LAUNCHED`, not counted
+    against `max_attempts`) and its StepRun goes back to `ready` at a new epoch, exactly as the
+    §4.5 orphan rule does for an Attempt that never ran: admission derives a new Attempt id."""
+    code = Code.WORKFLOW_TASK_NEVER_LAUNCHED.value
+    tx.set_attempt(attempt.attempt_id, status=AttemptStatus.LOST, finished_at_ms=tx.now,
+                   error_code=code)  # fmt: skip
+    tx.event("attempt.lost", Actor.RECONCILER, attempt.attempt_id, code=code)
+    tx.set_step(step.step_run_id, status=StepRunStatus.READY, ready_at_ms=tx.now)
+    tx.event("step.ready", Actor.RECONCILER, step_run_id=step.step_run_id, code=code)
 
 
 @workflow_transition
@@ -227,7 +241,9 @@ def complete_task(
     aggregate: WorkflowAggregate | None, command: CompleteTask, observed_at_ms: int
 ) -> WorkflowOutcome:
     """§4.4 completion from the authenticated receipt: Attempt and StepRun take the outcome (or
-    the StepRun a retry epoch, WF-3); the parent stays `running` (I-W3)."""
+    the StepRun a retry epoch, WF-3); the parent stays `running` (I-W3). As L3 (decision WF-7),
+    a `starting` Attempt completes too: its receipt may be read before the handle fact was
+    recorded, and it carries that start time, which is recorded from it (§4.7)."""
     found = _task(aggregate, command.run_id, command.attempt_id)
     if isinstance(found, Rejected):
         return found
@@ -237,8 +253,11 @@ def complete_task(
         return Rejected(Code.RECEIPT_UNAUTHENTICATED)
     if attempt.status in FINAL_ATTEMPT_STATUSES:
         return Replayed(Code.ALREADY_TERMINAL)
-    if attempt.status is not AttemptStatus.RUNNING or step.status is not StepRunStatus.RUNNING:
+    live = attempt.status in (AttemptStatus.STARTING, AttemptStatus.RUNNING)
+    if not live or step.status is not StepRunStatus.RUNNING:
         return Rejected(Code.INVALID_TRANSITION)
+    if receipt.started_at_ms < attempt.created_at_ms:
+        return Rejected(Code.START_TIME_INVALID)
     if workflow_regressed(wf, observed_at_ms, attempt):
         return Rejected(Code.CLOCK_REGRESSION)
     status = task_completion_status(wf, receipt.outcome)
@@ -246,7 +265,7 @@ def complete_task(
     tx = WorkflowTx.begin_workflow(wf, command.name, observed_at_ms)
     finish_task(
         tx, wf, attempt, step, status, actor=Actor.EXECUTOR, error_code=error,
-        exit_code=receipt.exit_code,
+        exit_code=receipt.exit_code, started_at_ms=receipt.started_at_ms,
     )  # fmt: skip
     return tx.commit_workflow(Code.COMPLETED)
 

@@ -6,6 +6,8 @@ never finishing the parent. Ordinary startup recovery never selects a Workflow (
   (`live`: adopt, nothing written) or trusted `not_running` evidence (Attempt `lost`, StepRun
   `failed` with `WORKFLOW_TASK_ATTEMPT_LOST`, no new epoch: a started Task may have had side
   effects, B-63). `unknown` writes nothing (fail closed).
+- A started Attempt proven never launched (`launched=False`: no handle, no launcher journal
+  line, D-1) with `not_running` evidence never ran: `lost` and a new `ready` epoch (WF-6).
 - `claimed`: never orphaned here (decision WF-4): admission writes the ledger entry and the
   Attempt with the StepRun `ready` at that epoch in one transaction and `prepare_task` commits
   before any spawn, so a `claimed` Task Attempt found at startup never ran and stays
@@ -21,7 +23,7 @@ from kernel.specs.states import Actor, AttemptStatus
 from kernel.workflow.commands import RecoverTaskStartup
 from kernel.workflow.contracts import workflow_transition
 from kernel.workflow.entities import WorkflowAggregate
-from kernel.workflow.execution import finish_task, task_completion_status
+from kernel.workflow.execution import finish_task, relaunch_task, task_completion_status
 from kernel.workflow.outcomes import WorkflowOutcome
 from kernel.workflow.rules import workflow_regressed
 from kernel.workflow.transaction import WorkflowTx
@@ -60,6 +62,10 @@ def recover_task_startup(
     if workflow_regressed(wf, observed_at_ms, attempt):
         return Rejected(Code.CLOCK_REGRESSION)
     tx = WorkflowTx.begin_workflow(wf, command.name, observed_at_ms)
+    never_ran = not command.launched and attempt.executor_handle is None
+    if isinstance(evidence, NotRunningEvidence) and never_ran:
+        relaunch_task(tx, attempt, step)
+        return tx.commit_workflow(Code.LOST)
     if isinstance(evidence, NotRunningEvidence):
         lost = Code.WORKFLOW_TASK_ATTEMPT_LOST.value
         finish_task(

@@ -6,6 +6,7 @@ predicates over one `WorkflowAggregate`. The runners' SQL sources are checked ag
 from __future__ import annotations
 
 from kernel.entities import Attempt
+from kernel.specs.codes import Code
 from kernel.specs.states import FINAL_ATTEMPT_STATUSES, AttemptStatus, RunStatus
 from kernel.specs.workflow import StepRunStatus
 from kernel.workflow.entities import StepRun, WorkflowAggregate
@@ -17,10 +18,12 @@ __all__ = [
     "needs_convergence",
     "retry_left",
     "started_attempts",
+    "task_launched",
     "workflow_regressed",
 ]
 
 _STARTED = frozenset({AttemptStatus.STARTING, AttemptStatus.RUNNING})
+_NEVER_LAUNCHED = Code.WORKFLOW_TASK_NEVER_LAUNCHED.value
 
 
 def workflow_regressed(wf: WorkflowAggregate, observed_at_ms: int, *attempts: Attempt) -> bool:
@@ -70,9 +73,22 @@ def dispatchable(wf: WorkflowAggregate, attempt: Attempt) -> bool:
 
 
 def retry_left(wf: WorkflowAggregate, step: StepRun) -> bool:
-    """Another Task Attempt is allowed: fewer admissions than the step's `max_attempts`."""
-    admitted = sum(1 for e in wf.ledger if e.step_run_id == step.step_run_id)
+    """Another Task Attempt is allowed: fewer admissions than the step's `max_attempts`, not
+    counting an Attempt proven never launched (decision WF-6: it never ran)."""
+    admitted = 0
+    for entry in wf.ledger:
+        if entry.step_run_id != step.step_run_id:
+            continue
+        attempt = wf.attempt(entry.attempt_id)
+        if attempt is None or attempt.error_code != _NEVER_LAUNCHED:
+            admitted += 1
     return admitted < step.max_attempts
+
+
+def task_launched(attempt: Attempt, journaled_identity: str | None) -> bool:
+    """Whether a Task Attempt's launch may have happened (D-1, LR-9): a recorded handle, or the
+    launcher's journal line written before the command is ever sent. Neither: nothing ran."""
+    return attempt.executor_handle is not None or journaled_identity is not None
 
 
 def started_attempts(wf: WorkflowAggregate) -> tuple[Attempt, ...]:

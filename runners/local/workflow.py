@@ -41,6 +41,7 @@ from kernel.workflow import (
     RecoverTaskStartup,
     page_advances,
     stops_needed,
+    task_launched,
 )
 from runners.edge.store import EdgeStore
 from runners.edge.tasks import EdgeTaskStore
@@ -278,7 +279,10 @@ def task_startup_recovery(
             if attempt is None:
                 continue
             evidence = launch_evidence(launcher, attempt)
-            command = RecoverTaskStartup(candidate.run_id, candidate.attempt_id, evidence)
+            launched = task_launched(attempt, launcher.journaled_identity(attempt.attempt_id))
+            command = RecoverTaskStartup(
+                candidate.run_id, candidate.attempt_id, evidence, launched=launched
+            )
             outcome = execute_workflow(store, command, clock())
             resolved.append((candidate.attempt_id, outcome.kind.value, outcome.code.value))
             if watched_after_startup(outcome):

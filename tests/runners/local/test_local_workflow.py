@@ -10,6 +10,7 @@ import hashlib
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from kernel.workflow import AdmitWorkflow, PinnedStep, RequestWorkflowCancel
 from runners.edge.projection import project_file
 from runners.engine import execute_workflow
 from runners.lifecycle import CycleReport
+from runners.lifecycle.cadence import CycleFailed
 from runners.local.app import LocalApplication, wall_clock_ms
 from runners.local.control import ControlReport
 from runners.local.scheduler import SchedulerReport
@@ -232,3 +234,41 @@ def test_no_admission_or_attempt_is_created_after_stop_begins(
     after = project_file(app.layout.db)
     assert [r for r in after.get("task_admissions", []) if r["run_id"] == run_id] == []
     assert [r for r in after["attempts"] if r["run_id"] == run_id] == []
+
+
+@pytest.mark.spec("WF-03")
+def test_a_failing_phase_ends_the_cycle_and_the_next_cadence_runs_it_again(
+    app: LocalApplication,
+    stepped: Stepped,
+    reports: Reports,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """B-61: phase 1 failing ends the cycle (no frontier, admission or dispatch in it); the
+    lifecycle arms its one next cadence and nothing else (no timer, watcher or retry loop of
+    the phase's own); the next cycle runs every phase."""
+    run_id = admit(app, [("one", ["true"], ())])
+    app.start()
+    real = app.store.workflow_cancel_candidates
+    calls: list[int] = []
+
+    def failing_once(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the source failed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(app.store, "workflow_cancel_candidates", failing_once)
+    clock = stepped.by_name["scheduler"]
+    armed = len(clock.armed)
+    stepped.scheduler()
+    assert isinstance(reports[-1].result, CycleFailed)
+    assert reports[-1].result.error == "RuntimeError"
+    assert len(clock.armed) == armed + 1  # exactly the next cadence
+    assert clock.pending_ms is not None
+    assert {s["status"] for s in _rows(app, "step_runs", run_id)} == {"pending"}
+    assert _rows(app, "task_admissions", run_id) == []
+    stepped.scheduler()
+    last = _scheduler_reports(reports)[-1]
+    assert len(last.phases) == 5
+    assert len(_rows(app, "task_admissions", run_id)) == 1
+    assert len(calls) == 2
