@@ -265,6 +265,10 @@ class ProfileBudget:
     # standalone's (TK-13) at the same 1 s cadence, hard "64 per page". None without a cluster
     # scheduler.
     cluster_trigger_schedule: Paging | None
+    #: [decision WF-8] The cluster cycle's Workflow frontier and Task admission (O-5 phases 4-5):
+    #: §6.3 has no cluster row; the standalone rows (16 x 4), as CR-3 did for the schedule.
+    cluster_workflow_frontier: Paging | None
+    cluster_task_admission: Paging | None
     # Approved Action (§5.4): a budget on edge/standalone, REFUSED on cluster/worker.
     approved_action: ApprovedActionBudget | Refused
     # "Other lifecycles | stop timeout" (every lifecycle but Approved Action).
@@ -411,6 +415,8 @@ _EDGE: Final = ProfileBudget(
     scheduler_dispatch_activations=1,  # ADR-0229 §1, B-27
     cluster_scheduler_cadence_ms=None,
     cluster_trigger_schedule=None,
+    cluster_workflow_frontier=None,
+    cluster_task_admission=None,
     approved_action=ApprovedActionBudget(  # ADR-0036 §3, §4 (§5.4 table)
         cadence_ms=30_000,  # 30 s
         recovery=Paging(8, 1),  # "1 page x 8"
@@ -456,6 +462,8 @@ _STANDALONE: Final = ProfileBudget(
     scheduler_dispatch_activations=4,  # ADR-0229 §1, B-27
     cluster_scheduler_cadence_ms=None,
     cluster_trigger_schedule=None,
+    cluster_workflow_frontier=None,
+    cluster_task_admission=None,
     approved_action=ApprovedActionBudget(  # ADR-0036 §3, §4 (§5.4 table)
         cadence_ms=2_000,  # 2 s
         recovery=Paging(16, 2),  # "2 pages x 16"
@@ -500,6 +508,8 @@ _CLUSTER: Final = ProfileBudget(
     scheduler_dispatch_activations=None,
     cluster_scheduler_cadence_ms=1_000,  # D B-71: 1 s
     cluster_trigger_schedule=Paging(16, 4),  # issue 17: as standalone (TK-13)
+    cluster_workflow_frontier=Paging(16, 4),  # WF-8: as standalone
+    cluster_task_admission=Paging(16, 4),  # WF-8: as standalone
     approved_action=REFUSED,  # ADR-0036 §5: refused (PROFILE_NOT_SUPPORTED)
     lifecycle_stop_timeout_ms=5_000,  # D B-72: 5 s
     journal_capacity=None,
@@ -537,6 +547,8 @@ _WORKER: Final = ProfileBudget(
     scheduler_dispatch_activations=None,
     cluster_scheduler_cadence_ms=None,
     cluster_trigger_schedule=None,
+    cluster_workflow_frontier=None,
+    cluster_task_admission=None,
     approved_action=REFUSED,  # ADR-0036 §5: Workers own no Approved Action tables
     lifecycle_stop_timeout_ms=5_000,  # D B-72: 5 s
     journal_capacity=64,  # ADR-0021 §4

@@ -30,6 +30,7 @@ from runners.cluster.tasks import ClusterTaskStore
 from runners.lifecycle import CadenceLifecycle, CycleReport, LifecycleIncident, Scheduler
 from runners.passes import EvidencePort
 from runners.task_schedule import SchedulePhaseReport, schedule_phase
+from runners.workflow_phases import WorkflowPhaseReport, frontier_phase, task_admission_phase
 
 __all__ = [
     "LIFECYCLE_NAME",
@@ -60,10 +61,6 @@ def no_dispatch() -> None:
     """The dispatch step of a bootstrap given none: grants nothing (the dispatcher replaces it)."""
 
 
-def _workflow_slot() -> None:
-    """An O-5 phase of Workflow Runs: no Workflow Runs exist before the Workflow issue."""
-
-
 class ClusterScheduler:
     """The scheduling steps of one replica's O-5 cycle, and the cycle built from them."""
 
@@ -83,13 +80,17 @@ class ClusterScheduler:
         self._runtime = runtime
         self._tasks = tasks
         self._trigger: Paging = budget.cluster_trigger_schedule
+        assert budget.cluster_workflow_frontier is not None, "the cluster profile"
+        assert budget.cluster_task_admission is not None, "the cluster profile"
+        self._frontier: Paging = budget.cluster_workflow_frontier
+        self._admission: Paging = budget.cluster_task_admission
         self.cycle: ClusterCycle = cluster_cycle(
             runtime,
             evidence=evidence,
             new_attempt_id=attempt_ids,
             trigger_schedule=self.trigger_schedule,
-            workflow_frontier=_workflow_slot,
-            task_admission=_workflow_slot,
+            workflow_frontier=self.workflow_frontier,
+            task_admission=self.task_admission,
             dispatch=dispatch,
             page_limit=budget.cluster_runtime_recovery_page_size,
             convergence_limit=budget.cluster_cancellation_convergence_page_size,
@@ -97,6 +98,14 @@ class ClusterScheduler:
 
     def __repr__(self) -> str:
         return f"ClusterScheduler(trigger={self._trigger})"
+
+    def workflow_frontier(self) -> WorkflowPhaseReport:
+        """O-5 phase 4 (§4.4, WF-8 budget): the frontier of each due Workflow."""
+        return frontier_phase(self._runtime.store, self._frontier, self._runtime.now_ms)
+
+    def task_admission(self) -> WorkflowPhaseReport:
+        """O-5 phase 5's Task admission (§4.3, WF-8 budget), before the dispatch step."""
+        return task_admission_phase(self._runtime.store, self._admission, self._runtime.now_ms)
 
     def trigger_schedule(self) -> SchedulePhaseReport:
         """O-5 phase 3's trigger schedule: one budgeted pass at one database time (P-5)."""

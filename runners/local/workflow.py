@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 from kernel import (
@@ -33,8 +33,6 @@ from kernel import (
 from kernel.specs import Paging
 from kernel.task import LOCAL_EXECUTOR_TYPE, TaskExecution
 from kernel.workflow import (
-    AdmitTask,
-    AdvanceFrontier,
     ConvergeWorkflowCancel,
     PrepareTask,
     RecordTaskHandle,
@@ -50,6 +48,13 @@ from runners.local.dispatcher import FIRST_CALLBACK_SEQUENCE, DispatchReport
 from runners.local.launcher import LaunchAmbiguous, Launched, LaunchRefused, LocalLauncher
 from runners.local.reads import task_attempt_task
 from runners.local.startup import adoptable, launch_evidence
+from runners.workflow_phases import (
+    PhaseFailed,
+    WorkflowPhaseReport,
+    frontier_phase,
+    run_pages,
+    task_admission_phase,
+)
 
 __all__ = [
     "PhaseFailed",
@@ -63,43 +68,6 @@ __all__ = [
 ]
 
 K = TypeVar("K", bound=tuple[object, ...])
-
-
-class PhaseFailed(Exception):
-    """A Workflow phase's source broke the P-rules (a page too long, a cursor that did not
-    advance): the phase fails and the cycle ends (B-61). Carries the phase name only."""
-
-
-@dataclass(slots=True)
-class WorkflowPhaseReport:
-    """What one Workflow phase did: `(run or step, outcome kind, code)` per command, and the
-    pages it read."""
-
-    pages: int = 0
-    outcomes: list[tuple[str, str, str]] = field(default_factory=list)
-    stops: list[tuple[str, str]] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-
-def _pages(
-    name: str,
-    source: Callable[[int, K | None], Page[K]],
-    paging: Paging,
-    act: Callable[[Candidate[K]], None],
-    report: WorkflowPhaseReport,
-) -> None:
-    """At most `paging.pages` pages of `paging.page_size` (§4.2), the cursor strictly advancing."""
-    after: K | None = None
-    for _ in range(paging.pages):
-        page = source(paging.page_size, after)
-        report.pages += 1
-        if not page_advances(after, page, paging.page_size):
-            raise PhaseFailed(f"{name}: the source broke the page rules")
-        for candidate in page.items:
-            act(candidate)
-        if not page.has_more or page.cursor is None:
-            return
-        after = page.cursor
 
 
 def workflow_cancellation_phase(
@@ -133,42 +101,7 @@ def workflow_cancellation_phase(
         outcome = execute_workflow(store, command, clock())
         report.outcomes.append((candidate.run_id, outcome.kind.value, outcome.code.value))
 
-    _pages("cancellation", store.workflow_cancel_candidates, paging, converge, report)
-    return report
-
-
-def frontier_phase(
-    store: EdgeStore, paging: Paging, clock: Callable[[], int]
-) -> WorkflowPhaseReport:
-    """Phase 3 (§4.4, B-62): the frontier of each due Workflow, one transaction each."""
-    report = WorkflowPhaseReport()
-
-    def advance(candidate: Candidate[tuple[int, str]]) -> None:
-        outcome = execute_workflow(store, AdvanceFrontier(candidate.run_id), clock())
-        report.outcomes.append((candidate.run_id, outcome.kind.value, outcome.code.value))
-
-    _pages("frontier", store.workflow_frontier_candidates, paging, advance, report)
-    return report
-
-
-def task_admission_phase(
-    store: EdgeStore, paging: Paging, clock: Callable[[], int]
-) -> WorkflowPhaseReport:
-    """Phase 4 (§4.3): generation-bound Task Attempt admission of each due `ready` StepRun at
-    the epoch the page read (a StepRun that moved on since is `Raced`, never admitted twice)."""
-    report = WorkflowPhaseReport()
-    observed_at_ms = clock()  # P-5: one observation time for the phase's pages
-
-    def source(limit: int, after: tuple[int, str, int] | None) -> Page[tuple[int, str, int]]:
-        return store.task_admission_candidates(observed_at_ms, limit, after)
-
-    def admit(candidate: Candidate[tuple[int, str, int]]) -> None:
-        _, step_run_id, version = candidate.key
-        command = AdmitTask(candidate.run_id, step_run_id, version)
-        outcome = execute_workflow(store, command, clock())
-        report.outcomes.append((step_run_id, outcome.kind.value, outcome.code.value))
-
-    _pages("task admission", source, paging, admit, report)
+    run_pages("cancellation", store.workflow_cancel_candidates, paging, converge, report)
     return report
 
 

@@ -83,6 +83,8 @@ EXPECTED_ROWS: dict[str, tuple[object, object, object, object]] = {
     "Cluster scheduler | cadence": (None, None, 1 * S, None),
     # Not a §6.3 row: the trigger-schedule step of the cluster cycle (O-5 phase 3, issue 17).
     "Cluster scheduler: trigger schedule | page size x pages": (None, None, (16, 4), None),
+    "Cluster scheduler: Workflow frontier | page size x pages": (None, None, (16, 4), None),
+    "Cluster scheduler: Task Attempt admission | page size x pages": (None, None, (16, 4), None),
     "Approved Action | cadence": (30 * S, 2 * S, "refused", "refused"),
     "Approved Action: recovery | page size x pages": ((8, 1), (16, 2), None, None),
     "Approved Action: dispatch | page size x pages": ((8, 1), (32, 4), None, None),
@@ -196,6 +198,12 @@ def _rows(b: ProfileBudget) -> dict[str, object]:
         "Cluster scheduler: trigger schedule | page size x pages": _cell(
             b.cluster_trigger_schedule
         ),
+        "Cluster scheduler: Workflow frontier | page size x pages": _cell(
+            b.cluster_workflow_frontier
+        ),
+        "Cluster scheduler: Task Attempt admission | page size x pages": _cell(
+            b.cluster_task_admission
+        ),
         "Approved Action | cadence": "refused" if aa_budget is None else aa_budget.cadence_ms,
         "Approved Action: recovery | page size x pages": (
             None if aa_budget is None else _cell(aa_budget.recovery)
@@ -252,6 +260,8 @@ _READ_FIELDS = {
     "scheduler_dispatch_activations",
     "cluster_scheduler_cadence_ms",
     "cluster_trigger_schedule",
+    "cluster_workflow_frontier",
+    "cluster_task_admission",
     "approved_action",
     "lifecycle_stop_timeout_ms",
     "journal_capacity",
@@ -383,6 +393,8 @@ def test_every_value_satisfies_its_hard_limit(profile: Profile) -> None:
         b.scheduler_cancellation,
         b.scheduler_trigger_schedule,
         b.cluster_trigger_schedule,
+        b.cluster_workflow_frontier,
+        b.cluster_task_admission,
         b.scheduler_frontier,
         b.scheduler_task_admission,
     ):
@@ -436,6 +448,8 @@ def test_table_values_pass_the_validation_helpers(profile: Profile) -> None:
         b.scheduler_cancellation,
         b.scheduler_trigger_schedule,
         b.cluster_trigger_schedule,
+        b.cluster_workflow_frontier,
+        b.cluster_task_admission,
         b.scheduler_frontier,
         b.scheduler_task_admission,
     ):
@@ -593,6 +607,8 @@ def test_per_call_products_within_hard_products(profile: Profile) -> None:
         b.scheduler_cancellation,
         b.scheduler_trigger_schedule,
         b.cluster_trigger_schedule,
+        b.cluster_workflow_frontier,
+        b.cluster_task_admission,
         b.scheduler_frontier,
         b.scheduler_task_admission,
     ):

@@ -14,9 +14,16 @@ from typing import Any
 import pytest
 
 from conformance.run.reference import ReferenceStore
+from kernel.specs.cycles import ClusterStep
+from kernel.workflow import AdmitWorkflow, PinnedStep
+from runners.cluster.lifecycle import ClusterScheduler
+from runners.cluster.runtime import ClusterRuntime
 from runners.cluster.store import ClusterStore
+from runners.cluster.tasks import ClusterTaskStore
 from runners.edge.store import EdgeStore
-from tests.support.workflow_drive import LOCAL, drive
+from runners.engine import execute_workflow
+from runners.workflow_phases import WorkflowPhaseReport
+from tests.support.workflow_drive import LOCAL, PLAN_DIGEST, drive
 
 
 def _all_pages(source: Callable[..., Any], *args: object, limit: int) -> list[Any]:
@@ -76,3 +83,33 @@ def test_every_store_runs_the_scripted_workflow_to_the_reference_state(
     # The sources were compared after every step, and they did select things.
     assert len(compared) == len(seen)
     assert sum(compared) > 0
+
+
+@pytest.mark.spec("WF-01")
+def test_a_cluster_replica_cycle_runs_the_frontier_and_task_admission(
+    cluster_on_schema: tuple[str, str, ClusterStore],
+) -> None:
+    """O-5 phases 4-5 on a replica (decision WF-8 budgets): one cycle promotes the Workflow's
+    first step and admits its Task Attempt, at database time; the second step waits for it."""
+    _, _, cluster = cluster_on_schema
+    plan = (
+        PinnedStep("build", "sr-c-build", "task-build", 1, LOCAL),
+        PinnedStep("test", "sr-c-test", "task-test", 1, LOCAL, ("build",)),
+    )
+    admit = AdmitWorkflow("wf-cluster", "project", "plan", PLAN_DIGEST, plan)
+    assert execute_workflow(cluster, admit, 1_000).kind.value == "applied"
+    scheduler = ClusterScheduler(ClusterRuntime(cluster), ClusterTaskStore(cluster))
+    result = scheduler.cycle.run_once()
+    assert result.failed is None, result.code
+    done = dict(result.completed)
+    frontier, admission = done[ClusterStep.WORKFLOW_FRONTIER], done[ClusterStep.TASK_ADMISSION]
+    assert isinstance(frontier, WorkflowPhaseReport)
+    assert isinstance(admission, WorkflowPhaseReport)
+    assert frontier.outcomes == [("wf-cluster", "applied", "applied")]
+    assert admission.outcomes == [("sr-c-build", "applied", "admitted")]
+    state = cluster.project()
+    assert {s["step_key"]: s["status"] for s in state["step_runs"]} == {
+        "build": "ready",
+        "test": "pending",
+    }
+    assert [e["step_run_id"] for e in state["task_admissions"]] == ["sr-c-build"]

@@ -60,6 +60,14 @@ PHASES: Final = (
     "schedule",
     "dispatch",
     "activation",
+    # The Workflow phases (issue 18; test_local_workflow_kill_matrix.py): phase 1's stops and
+    # convergences, the frontier, Task admission, the Task half of dispatch (its prepare and
+    # handle writes) and the Workflow Task startup recovery.
+    "workflow_cancellation",
+    "frontier",
+    "task_admission",
+    "task_activation",
+    "task_recovery",
 )
 #: The phases whose boundaries are their autocommit reads (they open no transaction).
 READ_PHASES: Final = frozenset({"dispatch"})
@@ -155,6 +163,11 @@ def instrument(killer: BoundaryKiller) -> None:
         (LocalScheduler, "_trigger_schedule", "schedule"),
         (scheduler, "dispatch_once", "dispatch"),
         (dispatcher, "execute", "activation"),  # ActivateLocal (L1) and RecordLocalHandle (L2)
+        (LocalScheduler, "_workflow_cancellation", "workflow_cancellation"),
+        (LocalScheduler, "_workflow_frontier", "frontier"),
+        (LocalScheduler, "_task_admission", "task_admission"),
+        (LocalScheduler, "_task_once", "task_activation"),  # PrepareTask and RecordTaskHandle
+        (app_module, "task_startup_recovery", "task_recovery"),
     )
     for owner, attribute, name in entry_points:
         setattr(owner, attribute, in_phase(name, getattr(owner, attribute)))
@@ -186,7 +199,8 @@ def main(db: str, profile: str, phase: str, k: int) -> int:
         f"orphaned {startup.orphaned}"
     )
     deadline = time.monotonic() + STUCK_S
-    reason = "startup recovery returned" if phase == "startup_recovery" else ""
+    recovery = phase in ("startup_recovery", "task_recovery")
+    reason = "startup recovery returned" if recovery else ""
     while not reason:
         time.sleep(IDLE_POLL_S)
         if app.idle():
