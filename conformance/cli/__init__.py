@@ -62,6 +62,7 @@ COMMANDS: Mapping[str, str] = {
     "traces": "conformance.cli.traces",
     "task": "conformance.cli.tasks",
     "submit": "conformance.cli.submit",
+    "workflow": "conformance.cli.workflow",
     "serve": "conformance.cli.serve",
     "worker": "conformance.cli.worker",
     "status": "conformance.cli.status",

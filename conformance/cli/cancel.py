@@ -8,6 +8,12 @@ one that is not executing (queued, waiting for a retry, lost) converges to `canc
 that is running is stopped through execution control first. `--reason timeout` records a
 deadline-style intent instead (B-06): the Run ends `timed_out`.
 
+A Workflow Run (SPEC §4.1) is cancelled as a whole through the kernel's `RequestWorkflowCancel`
+instead: the running application's cancellation convergence (§4.4 phase 1) ends its Task
+Attempts, every StepRun and the Run. Which command applies is the kernel's answer, not a status
+read here: the Workflow command is tried first, and its `RUN_NOT_FOUND` (no Workflow admission
+for that Run) sends the ordinary `RequestCancel`.
+
 Output, one line (decision CLI-16): the intent was recorded; it was already requested (when,
 why); the Run is already terminal (its status). All three are exit 0: after each, the Run is
 finished or will be. Exit status (SPEC E-7): 0 as said; 2 an unknown RUN or a bad flag (one
@@ -34,13 +40,16 @@ from kernel import (
     Applied,
     CancelReason,
     CommandError,
+    Outcome,
     Raced,
     Rejected,
     RequestCancel,
     RunStatus,
 )
 from kernel.specs import Code
-from runners.engine import execute
+from kernel.workflow import RequestWorkflowCancel, WorkflowApplied, WorkflowOutcome
+from runners.edge.store import EdgeStore
+from runners.engine import execute, execute_workflow
 from runners.local.status import RunView, run_detail
 
 __all__ = ["REASONS", "register"]
@@ -76,10 +85,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     subject = f"RUN {run_id}"
     try:
         command = RequestCancel(run_id, reason, Actor.USER)
+        workflow_command = RequestWorkflowCancel(run_id, reason, Actor.USER)
     except CommandError:
         raise refusal(subject, Code.RUN_NOT_FOUND) from None  # not a Run id at all
     with open_store(args.db) as store:
-        outcome = execute(store, command, now_ms())
+        outcome = _request(store, command, workflow_command, now_ms())
         detail = run_detail(store, run_id)
     if isinstance(outcome, Rejected):
         if outcome.code is Code.CLOCK_REGRESSION:
@@ -97,8 +107,20 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     return ExitCode.OK
 
 
+def _request(
+    store: EdgeStore, command: RequestCancel, workflow_command: RequestWorkflowCancel, now: int
+) -> Outcome | WorkflowOutcome:
+    """The intent through the kernel: the Workflow command first; the kernel's
+    `RUN_NOT_FOUND` for it means the Run has no Workflow admission (an ordinary Run, or none at
+    all), so the ordinary command decides."""
+    outcome = execute_workflow(store, workflow_command, now)
+    if isinstance(outcome, Rejected) and outcome.code is Code.RUN_NOT_FOUND:
+        return execute(store, command, now)
+    return outcome
+
+
 def _line(outcome: object, r: RunView) -> str:
-    if isinstance(outcome, Applied):
+    if isinstance(outcome, Applied | WorkflowApplied):
         final = _final(r.cancel_reason).value
         return (
             f"{r.run_id}: cancellation requested ({r.cancel_reason}); the running application "

@@ -13,6 +13,12 @@ intent still to finish, task schedules whose fire is due). The counts are bounde
 (seq, type, actor, time) and where its latest Attempt's log is. No token or digest is read.
 `--json` prints one JSON document with the same keys every time.
 
+A Workflow is a Run of kind workflow (SPEC §4.1): it counts among the Runs above (`running`
+until its frontier ends it), and `qlk status RUN` of one also shows its plan and a table of its
+StepRuns in plan order (step key, status, epoch, Task Attempts admitted of the most allowed,
+started, finished, error code); its Attempts are the steps' Task Attempts. Its `--json`
+document has one more key, `workflow` (plan name and digest, admission time, `steps`).
+
 With `--dsn DSN [--schema NAME]` (issue 17): the cluster profile's Runs by status (every
 status, zeros included; `--json`: `{"schema", "runs", "total"}`); one Run's detail is not shown
 on cluster yet (exit 2 says so).
@@ -46,6 +52,8 @@ from runners.local.status import (
     BacklogSource,
     Overview,
     RunDetail,
+    StepRunView,
+    WorkflowView,
     overview,
     run_detail,
 )
@@ -195,9 +203,48 @@ def _log(layout: LocalLayout, attempt: AttemptView | None) -> Path | None:
     return None if attempt is None else layout.log_path(attempt.attempt_id)
 
 
+def _step_document(step: StepRunView) -> dict[str, Any]:
+    return {
+        "step_key": step.step_key,
+        "step_run_id": step.step_run_id,
+        "status": step.status.value,
+        "epoch": step.version,
+        "task": step.task_id,
+        "task_revision": step.task_revision,
+        "after": list(step.depends_on),
+        "attempts_admitted": step.admitted,
+        "max_attempts": step.max_attempts,
+        "created_at_ms": step.created_at_ms,
+        "updated_at_ms": step.updated_at_ms,
+        "ready_at_ms": step.ready_at_ms,
+        "started_at_ms": step.started_at_ms,
+        "finished_at_ms": step.finished_at_ms,
+        "error_code": step.error_code,
+    }
+
+
+def workflow_document(workflow: WorkflowView) -> dict[str, Any]:
+    """The `workflow` key of a Workflow Run's `status RUN --json`: its admission and every
+    StepRun in plan order, always these keys (None where a fact is absent)."""
+    return {
+        "plan_name": workflow.plan_name,
+        "plan_digest": workflow.plan_digest,
+        "admitted_at_ms": workflow.admitted_at_ms,
+        "steps": [_step_document(step) for step in workflow.steps],
+    }
+
+
 def run_document(detail: RunDetail, layout: LocalLayout) -> dict[str, Any]:
     """`status RUN --json`: the Run, its Attempts (each with its log path), its Events and the
-    latest Attempt's log; always these keys (None where a fact is absent)."""
+    latest Attempt's log; always these keys (None where a fact is absent), and `workflow` too
+    for a Workflow Run (an ordinary Run's document stays as it was)."""
+    document = _run_document(detail, layout)
+    if detail.workflow is not None:
+        document["workflow"] = workflow_document(detail.workflow)
+    return document
+
+
+def _run_document(detail: RunDetail, layout: LocalLayout) -> dict[str, Any]:
     r = detail.run
     log = _log(layout, detail.latest_attempt)
     return {
@@ -250,8 +297,16 @@ def run_document(detail: RunDetail, layout: LocalLayout) -> dict[str, Any]:
 def _print_run(ctx: Context, detail: RunDetail, layout: LocalLayout) -> None:
     r = detail.run
     out = ctx.out
+    workflow = detail.workflow
+    # A Workflow Run's task id is its plan name (admit_workflow); say so rather than show a
+    # task revision that is no task's.
+    subject = (
+        ("task", f"{r.task_id} (revision {r.task_revision})")
+        if workflow is None
+        else ("workflow", f"{workflow.plan_name} (plan {workflow.plan_digest[:12]})")
+    )
     facts = [
-        ("task", f"{r.task_id} (revision {r.task_revision})"),
+        subject,
         ("created", format_time(r.created_at_ms)),
         ("queued", format_time(r.queued_at_ms)),
         ("started", format_time(r.started_at_ms)),
@@ -270,6 +325,8 @@ def _print_run(ctx: Context, detail: RunDetail, layout: LocalLayout) -> None:
     print(f"run {r.run_id}: {r.status.value}", file=out)
     for label, value in facts:
         print(f"  {label:<10}{value}", file=out)
+    if workflow is not None:
+        _print_steps(ctx, workflow)
     attempts = table(ctx.console)
     for column in ("#", "attempt", "status", "exit", "started", "took"):
         attempts.add_column(column, no_wrap=True)
@@ -309,3 +366,23 @@ def _print_run(ctx: Context, detail: RunDetail, layout: LocalLayout) -> None:
     ctx.console.print(events)
     if detail.events_truncated:
         print(f"(the first {len(detail.events)} events; --json has the same)", file=out)
+
+
+def _print_steps(ctx: Context, workflow: WorkflowView) -> None:
+    """The StepRuns of a Workflow Run in plan order: `attempts` is Task Attempts admitted of
+    the most the step allows; `epoch` is the StepRun's version (§4.1)."""
+    steps = table(ctx.console)
+    for column in ("step", "status", "epoch", "attempts", "started", "finished", "error"):
+        steps.add_column(column, no_wrap=column != "error", overflow="fold")
+    for step in workflow.steps:
+        steps.add_row(
+            step.step_key,
+            step.status.value,
+            str(step.version),
+            f"{step.admitted}/{step.max_attempts}",
+            format_time(step.started_at_ms),
+            format_time(step.finished_at_ms),
+            step.error_code or "-",
+        )
+    print("steps", file=ctx.out)
+    ctx.console.print(steps)

@@ -84,7 +84,8 @@ STEP_KEY_MAX_LENGTH: Final = 32
 STEP_KEY_RE: Final[re.Pattern[str]] = re.compile(
     rf"[a-z0-9][a-z0-9_-]{{0,{STEP_KEY_MAX_LENGTH - 1}}}", re.ASCII
 )
-PLAN_NAME_MAX_LENGTH: Final = 64
+# A plan name is its Workflow Run's `task_id`, a §0.4 portable id: at most 36 characters.
+PLAN_NAME_MAX_LENGTH: Final = 36
 PLAN_NAME_RE: Final[re.Pattern[str]] = re.compile(
     rf"[a-z0-9][a-z0-9_-]{{0,{PLAN_NAME_MAX_LENGTH - 1}}}", re.ASCII
 )

@@ -11,7 +11,8 @@ one read transaction (one committed state) and returns typed, frozen values; the
   bounded: at most `cap + 1` index entries are read, and a larger count is reported as `capped`
   (the oldest time is then the oldest among those read; see `sql/status.sql`).
 - `run_detail(store, run_id)`: the Run, its Attempts and its Events (type, actor, time; no
-  payloads, no token digests).
+  payloads, no token digests); for a Workflow Run (SPEC §4.1) also its admission and its StepRuns
+  (`WorkflowView`, `StepRunView`), read in the same snapshot.
 - `run_progress(store, run_id)`: the Run's status and latest Attempt (what `qlk logs --follow`
   polls).
 """
@@ -19,6 +20,7 @@ one read transaction (one committed state) and returns typed, frozen values; the
 from __future__ import annotations
 
 import enum
+import json
 import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -26,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kernel import Actor, AttemptStatus, CancelReason, RunStatus
+from kernel.specs import MAX_ATTEMPTS_MAX
+from kernel.workflow import PLAN_STEPS_MAX, StepRunStatus
 from runners.edge.named_sql import load
 from runners.edge.store import EdgeStore
 
@@ -42,6 +46,8 @@ __all__ = [
     "RunProgress",
     "RunView",
     "StatusCount",
+    "StepRunView",
+    "WorkflowView",
     "overview",
     "run_detail",
     "run_progress",
@@ -57,6 +63,8 @@ COUNT_CAP: Final = 100_000
 EVENTS_MAX: Final = 1_000
 #: A-3's limit on Attempts per Run, with room: the Attempt read's guard.
 _ATTEMPTS_MAX: Final = 64
+#: A Workflow Run's guard: every step (§4.1 plan limit) with A-3's maximum of Task Attempts.
+_WORKFLOW_ATTEMPTS_MAX: Final = PLAN_STEPS_MAX * MAX_ATTEMPTS_MAX
 
 
 class BacklogSource(enum.StrEnum):
@@ -170,14 +178,49 @@ class EventView:
 
 
 @dataclass(frozen=True, slots=True)
+class StepRunView:
+    """One StepRun of a Workflow Run (SPEC §4.1): its status, its epoch (`version`, which
+    every StepRun change increments), the Task it pins, its times and error code, and how many
+    Task Attempts were admitted for it (`admitted`, at most `max_attempts`)."""
+
+    step_key: str
+    step_run_id: str
+    status: StepRunStatus
+    version: int
+    task_id: str
+    task_revision: int
+    depends_on: tuple[str, ...]
+    max_attempts: int
+    admitted: int
+    created_at_ms: int
+    updated_at_ms: int
+    ready_at_ms: int | None
+    started_at_ms: int | None
+    finished_at_ms: int | None
+    error_code: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowView:
+    """A Workflow Run's immutable admission (plan name and digest) and its StepRuns in plan
+    order."""
+
+    plan_name: str
+    plan_digest: str
+    admitted_at_ms: int
+    steps: tuple[StepRunView, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RunDetail:
     """A Run, its Attempts by number, its first `EVENTS_MAX` Events by seq (`events_truncated`:
-    there are more)."""
+    there are more); `workflow` is set for a Workflow Run (SPEC §4.1), None for an ordinary one."""
 
     run: RunView
     attempts: tuple[AttemptView, ...]
     events: tuple[EventView, ...]
     events_truncated: bool
+    workflow: WorkflowView | None = None
 
     @property
     def latest_attempt(self) -> AttemptView | None:
@@ -290,10 +333,48 @@ def _event(row: tuple[Any, ...]) -> EventView:
     )
 
 
+def _step_run(row: tuple[Any, ...]) -> StepRunView:
+    (key, step_run_id, status, version, task_id, revision, depends_on, max_attempts) = row[:8]
+    (created, updated, ready, started, finished, error_code, admitted) = row[8:]
+    return StepRunView(
+        step_key=str(key),
+        step_run_id=str(step_run_id),
+        status=StepRunStatus(status),
+        version=int(version),
+        task_id=str(task_id),
+        task_revision=int(revision),
+        depends_on=tuple(str(k) for k in json.loads(depends_on)),
+        max_attempts=int(max_attempts),
+        admitted=int(admitted),
+        created_at_ms=int(created),
+        updated_at_ms=int(updated),
+        ready_at_ms=_optional_int(ready),
+        started_at_ms=_optional_int(started),
+        finished_at_ms=_optional_int(finished),
+        error_code=None if error_code is None else str(error_code),
+    )
+
+
+def _workflow(conn: sqlite3.Connection, key: Mapping[str, Any]) -> WorkflowView | None:
+    """The Workflow admission and StepRuns of the Run in `key`, None for an ordinary Run."""
+    found = _rows(conn, "workflow_admission", key)
+    if not found:
+        return None
+    plan_name, plan_digest, _count, admitted_at = found[0]
+    steps = _rows(conn, "workflow_step_runs", {**key, "limit": PLAN_STEPS_MAX})
+    return WorkflowView(
+        plan_name=str(plan_name),
+        plan_digest=str(plan_digest),
+        admitted_at_ms=int(admitted_at),
+        steps=tuple(_step_run(row) for row in steps),
+    )
+
+
 def run_detail(
     store: EdgeStore, run_id: str, *, events_limit: int = EVENTS_MAX
 ) -> RunDetail | None:
-    """The Run `run_id` with its Attempts and Events, or None when there is no such Run."""
+    """The Run `run_id` with its Attempts and Events (and, for a Workflow Run, its admission
+    and StepRuns), or None when there is no such Run."""
     if isinstance(events_limit, bool) or not isinstance(events_limit, int) or events_limit < 1:
         raise ValueError("events_limit: must be an integer >= 1")
     key = {"run_id": run_id}
@@ -301,13 +382,17 @@ def run_detail(
         found = _rows(conn, "run_detail", key)
         if not found:
             return None
-        attempts = _rows(conn, "run_attempts", {**key, "limit": _ATTEMPTS_MAX})
+        workflow = _workflow(conn, key)
+        # A Workflow's Attempts are its steps' Task Attempts: up to 64 steps of up to 16 each.
+        limit = _ATTEMPTS_MAX if workflow is None else _WORKFLOW_ATTEMPTS_MAX
+        attempts = _rows(conn, "run_attempts", {**key, "limit": limit})
         events = _rows(conn, "run_events", {**key, "limit": events_limit + 1})
     return RunDetail(
         run=_run(found[0]),
         attempts=tuple(_attempt(row) for row in attempts),
         events=tuple(_event(row) for row in events[:events_limit]),
         events_truncated=len(events) > events_limit,
+        workflow=workflow,
     )
 
 

@@ -1,12 +1,11 @@
-"""The Workflow phases of the local scheduler (SPEC §4.2, ADR-0229 §1; WF-01..WF-03) and the
-Workflow Task startup recovery (§4.5).
+"""The local parts of the Workflow scheduler (SPEC §4.2, ADR-0229 §1; WF-01..WF-03): phase 1
+(whole-Workflow cancellation, with the launcher's exact stops), the Task half of dispatch (the
+launcher), and the Workflow Task startup recovery (§4.5). The frontier and Task admission are
+the same on every store (`runners.workflow_phases`, re-exported here).
 
-Each paged phase reads its source (`sql/sources.sql`, checked against `kernel.workflow`'s
-selection oracle) within its budget row and runs the kernel's command per candidate in its own
-short transaction; a page whose keys do not strictly follow the cursor fails the phase (B-61:
-the cycle ends there, the next cadence runs it again). Nothing here decides: the kernel answers
-each command, and `stops_needed` names the processes execution control must stop before a
-Workflow converges (§4.8). No timer, thread or per-Workflow state (ADR-0229 §1).
+Nothing here decides: the kernel answers each command, `stops_needed` names the processes
+execution control must stop before a Workflow converges (§4.8), `task_launched` reads the launch
+facts. No timer, thread or per-Workflow state (ADR-0229 §1).
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 from kernel import (
     ActivateCandidate,
@@ -66,9 +64,6 @@ __all__ = [
     "task_startup_recovery",
     "workflow_cancellation_phase",
 ]
-
-K = TypeVar("K", bound=tuple[object, ...])
-
 
 def workflow_cancellation_phase(
     store: EdgeStore, launcher: LocalLauncher, paging: Paging, clock: Callable[[], int]

@@ -165,7 +165,7 @@ REFUSALS: list[tuple[str, Callable[[Doc], None], str]] = [
     ("str backoff", _set((*S1, "retry_backoff_ms"), "1s"), 'step "test": retry_backoff_ms must'),
     # patterns
     ("name pattern", _set(("name",), "Build"), "plan: name must match"),
-    ("name too long", _set(("name",), "a" * 65), "plan: name must match"),
+    ("name too long", _set(("name",), "a" * 37), "plan: name must match"),
     ("key pattern", _set((*S1, "key"), "-test"), "steps[1]: key must match"),
     ("key too long", _set((*S1, "key"), "a" * 33), "steps[1]: key must match"),
     ("key with a dot", _set((*S1, "key"), "a.b"), "steps[1]: key must match"),
@@ -239,7 +239,7 @@ def test_the_limits_themselves_are_admitted() -> None:
     _steps(doc)[1].update(
         argv=["x" * 4096] * 64, max_attempts=16, retry_backoff_ms=86_400_000, key="t" * 32
     )
-    doc["name"] = "n" * 64
+    doc["name"] = "n" * 36
     plan = plan_from_mapping(doc)
     assert plan.steps[1].max_attempts == 16
     many = {"name": "many", "steps": [{"key": f"s{i}", "argv": ["true"]} for i in range(64)]}

@@ -134,3 +134,24 @@ SELECT r.status,
         LIMIT 1) AS latest_attempt_id
 FROM runs AS r
 WHERE r.run_id = :run_id;
+
+-- name: workflow_admission
+-- A Workflow Run's immutable admission (SPEC §4.1); no row for an ordinary Run.
+SELECT plan_name, plan_digest, step_count, admitted_at_ms
+FROM workflow_admissions
+WHERE run_id = :run_id;
+
+-- name: workflow_step_runs
+-- A Workflow Run's StepRuns in plan order (at most 64 by the plan's limit; `:limit` is a guard,
+-- not a page), each with how many Task Attempts were admitted for it (its ledger entries, one
+-- per epoch at most, I-W1; counted through the ledger's `(step_run_id, step_run_version)`
+-- unique index).
+SELECT s.step_key, s.step_run_id, s.status, s.version, s.task_id, s.task_revision,
+       s.depends_on, s.max_attempts, s.created_at_ms, s.updated_at_ms, s.ready_at_ms,
+       s.started_at_ms, s.finished_at_ms, s.error_code,
+       (SELECT count(*) FROM task_admissions AS t
+        WHERE t.step_run_id = s.step_run_id) AS admitted
+FROM step_runs AS s
+WHERE s.run_id = :run_id
+ORDER BY s.ordinal
+LIMIT :limit;
