@@ -1,8 +1,8 @@
 """`qlk workflow submit PLAN` on real SQLite files (issue 18 item 5; SPEC §4.1): the Run id alone
 on stdout, the Workflow Run `running` with one `pending` StepRun per step as the database holds
 them, `qlk status RUN` showing the steps, `qlk cancel RUN` taking the Workflow path, bad plan
-files and `--dsn` as one line and exit 2 (SPEC E-7) with nothing written, and the README's
-"Running a Workflow" section as written.
+files and `--dsn` as one line and exit 2 (SPEC E-7) with nothing written (the README's
+"Running a Workflow" section is run by tests/runners/local/test_readme_workflow.py).
 
 Running the steps (frontier, Task admission, dispatch on the launcher) is `qlk serve`'s and is
 tested with the scheduler, not here."""
@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,7 @@ from kernel.workflow import PlanStep, WorkflowApplied, WorkflowPlan
 from runners.edge.store import EdgeStore
 from runners.edge.tasks import EdgeTaskStore
 from runners.workflow_submit import derived_step_run_id, submit_workflow
-from tests.support.qlk import ROOT, one_line, qlk, qlk_process
+from tests.support.qlk import one_line, qlk, qlk_process
 
 RUN_ID = re.compile(r"run-[0-9a-f]{32}")
 STEP_RUN_ID = re.compile(r"st-[0-9a-f]{32}")
@@ -462,45 +460,3 @@ def test_cancel_of_an_ordinary_run_is_unchanged(
     status, _, err = qlk(capsys, db, "cancel", "run-none")
     assert status == 2
     assert one_line(err) == "qlk: RUN run-none: no such run [RUN_NOT_FOUND]"
-
-
-# -- the README --------------------------------------------------------------------------------
-
-
-def _readme_blocks() -> tuple[str, list[str]]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## Running a Workflow") :]
-    section = section[: section.index("\n## ", 1)]
-    [toml] = re.findall(r"```toml\n(.*?)```", section, re.S)
-    [sh] = re.findall(r"```sh\n(.*?)```", section, re.S)
-    return toml, [line for line in sh.splitlines() if line.strip()]
-
-
-def test_the_readme_workflow_section_runs_as_written(tmp_path: Path) -> None:
-    toml, lines = _readme_blocks()
-    assert [line.split()[0] for line in lines] == ["RUN=$(qlk", "qlk", "qlk", "qlk"]
-    (tmp_path / "plan.toml").write_text(toml, encoding="utf-8")
-    script = "\n".join(
-        ["set -e", f'export PATH="{Path(sys.executable).parent}:$PATH"', *lines, 'echo "$RUN"']
-    )
-    done = subprocess.run(
-        ["/bin/bash", "-c", script],
-        cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert (done.returncode, done.stderr) == (0, ""), done.stdout + done.stderr
-    run_id = done.stdout.splitlines()[-1]
-    assert RUN_ID.fullmatch(run_id)
-    assert f"run {run_id}: running" in done.stdout
-    assert re.search(r"\| test +\| pending +\| 1 +\| 0/3 ", done.stdout)
-    assert f"{run_id}: cancellation requested (user)" in done.stdout
-    db = tmp_path / "ql3.db"
-    assert rows(db, "SELECT kind, cancel_reason FROM runs") == [("workflow", "user")]
-    assert [r[0] for r in rows(db, "SELECT step_key FROM step_runs ORDER BY ordinal")] == [
-        "build",
-        "test",
-    ]
