@@ -12,7 +12,9 @@ never passed); a malformed trace fails with its file and line; anything the runn
 the replayer is one block (the exception and where it was raised), never pages of pytest's own
 frames. One more test, `ql3.RUNNER::guard-mode`, probes every guard of every write path with a
 stale write (`conformance.run.guards`); it is skipped as not applicable when the adapter does not
-expose its storage port (capability `guards`). Without `--ql3-runner` the plugin adds nothing.
+expose its storage port (capability `guards`). Without `--ql3-traces` the traces are the
+bundled run corpus and the Workflow corpus (SPEC §4.10, named `workflow/<trace>`, capability
+`workflow`). Without `--ql3-runner` the plugin adds nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from conformance.run.corpus import RUN_CORPUS, read_trace, trace_paths
+from conformance.run.corpus import RUN_CORPUS, WORKFLOW_CORPUS, read_trace, trace_paths
 from conformance.run.factories import AdapterFactory, FactoryError, resolve
 from conformance.run.guards import GUARDS, probe_every_write
 from conformance.run.replay import replay
@@ -126,12 +128,38 @@ def pytest_collection_modifyitems(
     paths = trace_paths(root)
     if not paths:
         raise pytest.UsageError(f"--ql3-traces {root}: no *.jsonl or *.jsonl.gz trace files")
+    # The bundled corpus also has the Workflow traces (SPEC §4.10), named `workflow/<trace>`;
+    # a runner without the `workflow` capability gets them as not applicable.
+    corpora = [(root, "", paths)]
+    if not option and WORKFLOW_CORPUS.is_dir():
+        corpora.append((WORKFLOW_CORPUS, "workflow/", trace_paths(WORKFLOW_CORPUS)))
     # `ql3.<runner>::<trace>`: pytest's JUnit writer makes the part before `::` the classname
     # (a `[` would be read as parameters and leave it empty), so a runner's dots and colon
     # become a dotted classname, `ql3.mypkg.adapter.make_adapter`.
     label = "ql3." + spec.replace(":", ".")
+    for base, prefix, found in corpora:
+        _add_traces(
+            session, items, label=label, root=base, prefix=prefix, paths=found, factory=factory
+        )
+    items.append(
+        GuardItem.from_parent(
+            session, name="guard-mode", nodeid=f"{label}::guard-mode", root=root, factory=factory
+        )
+    )
+
+
+def _add_traces(
+    session: pytest.Session,
+    items: list[pytest.Item],
+    *,
+    label: str,
+    root: Path,
+    prefix: str,
+    paths: list[Path],
+    factory: AdapterFactory,
+) -> None:
     for path in paths:
-        name = str(path.relative_to(root))
+        name = prefix + str(path.relative_to(root))
         items.append(
             TraceItem.from_parent(
                 session,
@@ -141,8 +169,3 @@ def pytest_collection_modifyitems(
                 factory=factory,
             )
         )
-    items.append(
-        GuardItem.from_parent(
-            session, name="guard-mode", nodeid=f"{label}::guard-mode", root=root, factory=factory
-        )
-    )

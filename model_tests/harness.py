@@ -26,6 +26,7 @@ from conformance.run.pages import PageRequest, SourceQuery
 from conformance.run.projection import project
 from conformance.run.recorder import Recorder
 from conformance.run.trace import (
+    AnyCommand,
     Expectation,
     Step,
     TokenNames,
@@ -217,7 +218,7 @@ class LazyRecorder(Recorder):
         self.state = EMPTY
 
     def step(
-        self, command: Command | None, observed_at_ms: int, fault: Fault | None = None
+        self, command: AnyCommand | None, observed_at_ms: int, fault: Fault | None = None
     ) -> StepResult:
         # Encoded first: a Secret that the TokenNames did not make fails before the step.
         encoded = None if command is None else encode_trace_command(command, self.names)

@@ -219,10 +219,22 @@ def execute_workflow_observed(
 
 
 def execute_any(
-    storage: WorkflowStorage, command: Command | WorkflowCommand, observed_at_ms: int
+    storage: WorkflowStorage, command: Command | WorkflowCommand, clock: Callable[[], int]
 ) -> Outcome | WorkflowOutcome:
-    """`execute` for a Run command, `execute_workflow` for a Workflow command: the entry point
-    is chosen by the command's type (the kernel chose the command)."""
+    """`execute_observed` for a Run command, `execute_workflow_observed` for a Workflow command
+    (the entry point chosen by the command's type; the kernel chose the command), each reading
+    `clock` inside its transaction, after the load: on one store, writes are serialized by the
+    transaction, so their times follow their commit order even when two threads write one
+    Workflow (a time read before the transaction could fall behind a concurrent commit and be
+    refused as a clock regression, V-5)."""
     if isinstance(command, WORKFLOW_COMMAND_TYPES):
-        return execute_workflow(storage, cast(WorkflowCommand, command), observed_at_ms)
-    return execute(cast(Storage, storage), cast(Command, command), observed_at_ms)
+        return in_transaction(storage, cast(WorkflowCommand, command), clock)
+    return execute_observed(cast(Storage, storage), cast(Command, command), lambda _tx: clock())
+
+
+def in_transaction(
+    storage: WorkflowStorage, command: WorkflowCommand, clock: Callable[[], int]
+) -> WorkflowOutcome:
+    """`execute_workflow` with `clock` read inside the transaction, after the load (the local
+    runtime's Workflow writes: several threads write one Workflow, see `execute_any`)."""
+    return execute_workflow_observed(storage, command, lambda _tx: clock())

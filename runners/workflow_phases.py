@@ -16,7 +16,7 @@ from typing import Protocol, TypeVar
 from kernel import Candidate, Page
 from kernel.specs import Paging
 from kernel.workflow import AdmitTask, AdvanceFrontier, page_advances
-from runners.engine import WorkflowStorageTransaction, execute_workflow
+from runners.engine import WorkflowStorageTransaction, in_transaction
 
 __all__ = [
     "PhaseFailed",
@@ -88,7 +88,7 @@ def frontier_phase(
     report = WorkflowPhaseReport()
 
     def advance(candidate: Candidate[tuple[int, str]]) -> None:
-        outcome = execute_workflow(store, AdvanceFrontier(candidate.run_id), clock())
+        outcome = in_transaction(store, AdvanceFrontier(candidate.run_id), clock)
         report.outcomes.append((candidate.run_id, outcome.kind.value, outcome.code.value))
 
     run_pages("frontier", store.workflow_frontier_candidates, paging, advance, report)
@@ -109,7 +109,7 @@ def task_admission_phase(
     def admit(candidate: Candidate[tuple[int, str, int]]) -> None:
         _, step_run_id, version = candidate.key
         command = AdmitTask(candidate.run_id, step_run_id, version)
-        outcome = execute_workflow(store, command, clock())
+        outcome = in_transaction(store, command, clock)
         report.outcomes.append((step_run_id, outcome.kind.value, outcome.code.value))
 
     run_pages("task admission", source, paging, admit, report)

@@ -5,6 +5,9 @@
     qlk conform --runner mypkg.adapter:make_adapter --traces DIR --junit report.xml --jobs 2
     qlk conform --component journal [--journal-adapter file|sqlite|all]
 
+The bundled corpus is `conformance/traces/run/` and then `conformance/traces/workflow/` (the
+Workflow traces of SPEC §4.10, capability `workflow`); `--traces DIR` replays DIR alone.
+
 After the replay, `qlk conform` runs the guard mode (every runner whose adapter exposes its
 storage port: a stale variant of every guard of every write path must be refused) and, for the
 edge runner, the kill mode (SIGKILL at every statement boundary of every write path); for the
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import gzip
 import importlib
 import os
@@ -70,7 +74,7 @@ from conformance.report import (
     summary_table,
     write_junit,
 )
-from conformance.run.corpus import RUN_CORPUS, trace_paths
+from conformance.run.corpus import RUN_CORPUS, WORKFLOW_CORPUS, trace_paths
 from conformance.run.factories import BUILTIN, AdapterFactory, FactoryError, resolve
 from conformance.run.guards import GUARDS, probe_every_write
 from conformance.run.trace import TraceFormatError
@@ -311,11 +315,34 @@ def _conform_on(
 ) -> int:
     stream = ctx.out
     _check_junit_target(args.junit)
+    # The bundled corpus is the run corpus and, after it, the Workflow corpus (SPEC §4.10);
+    # `--traces DIR` replays DIR alone.
+    workflow = trace_paths(WORKFLOW_CORPUS) if args.traces is None else []
     print(f"qlk conform: {len(paths)} traces from {root} against {args.runner}", file=stream)
+    if workflow:
+        print(
+            f"qlk conform: {len(workflow)} workflow traces from {WORKFLOW_CORPUS} against "
+            f"{args.runner}",
+            file=stream,
+        )
     with _replay_errors(args.runner), _progress(args, ctx) as progress:
         summary = run_corpus(
             paths, args.runner, root=root, dsn=dsn, jobs=args.jobs, progress=progress
         )
+        if workflow:
+            more = run_corpus(
+                workflow,
+                args.runner,
+                root=WORKFLOW_CORPUS,
+                dsn=dsn,
+                jobs=args.jobs,
+                progress=progress,
+            )
+            prefix = f"{WORKFLOW_CORPUS.name}/"
+            summary.outcomes.extend(
+                dataclasses.replace(o, path=prefix + o.path) for o in more.outcomes
+            )
+            summary.seconds += more.seconds
     _print_summary(ctx, summary, args.runner)
     skipped = _not_applicable(summary, "runner")
     if skipped is not None:

@@ -10,15 +10,22 @@ implements the storage port, so only the store differs between adapters.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from conformance.run.faults import Fault, FaultKind, FaultyStorage, InjectedCrash, InjectedIOError
 from conformance.run.pages import PageRequest, run_page
 from conformance.run.projection import Projection
 from conformance.run.reference import ReferenceStore
-from kernel import Command
-from runners.engine import Storage, execute
+from conformance.run.trace import AnyCommand
+from kernel import Command, Outcome
+from kernel.workflow import WorkflowOutcome, is_workflow_command
+from runners.engine import Storage, WorkflowStorage, execute, execute_workflow
 from runners.sources import Sources
+
+#: The capability an adapter declares when its store persists Workflows (SPEC §4.1: the
+#: admission, StepRun and ledger rows beside the Run, `runners.engine.execute_workflow`) and
+#: answers the Workflow sources; a trace with a Workflow step or query needs it.
+WORKFLOW = "workflow"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +43,7 @@ class ConformanceAdapter(Protocol):
     capabilities: frozenset[str]
 
     def apply(
-        self, command: Command | None, observed_at_ms: int, fault: Fault | None
+        self, command: AnyCommand | None, observed_at_ms: int, fault: Fault | None
     ) -> StepResult: ...
 
     def page(
@@ -71,22 +78,33 @@ class KillPort(Protocol):
 
 
 def run_step(
-    storage: Storage, command: Command | None, observed_at_ms: int, fault: Fault | None
+    storage: Storage, command: AnyCommand | None, observed_at_ms: int, fault: Fault | None
 ) -> StepResult:
-    """Apply one trace step to a store through the engine, with its fault."""
+    """Apply one trace step to a store through the engine, with its fault: a Run command
+    through `execute`, a Workflow command through `execute_workflow` (the store then must be a
+    `WorkflowStorage`: the trace needs the `workflow` capability)."""
     if fault is not None and fault.kind is FaultKind.REOPEN:
         return StepResult("reopened", None)
     assert command is not None
     target = FaultyStorage(storage, fault)
     try:
-        outcome = execute(target, command, observed_at_ms)
+        outcome = _execute(target, command, observed_at_ms)
         if fault is not None and fault.kind is FaultKind.DUPLICATE_DELIVERY:
-            outcome = execute(storage, command, observed_at_ms)
+            outcome = _execute(storage, command, observed_at_ms)
     except InjectedCrash:
         return StepResult("crashed", None)
     except InjectedIOError:
         return StepResult("error", None)
     return StepResult(outcome.kind.value, outcome.code.value)
+
+
+def _execute(
+    storage: Storage, command: AnyCommand, observed_at_ms: int
+) -> Outcome | WorkflowOutcome:
+    """The engine entry point of `command`'s domain (decision WF-1: its own commands)."""
+    if is_workflow_command(command):
+        return execute_workflow(cast(WorkflowStorage, storage), command, observed_at_ms)
+    return execute(storage, cast(Command, command), observed_at_ms)
 
 
 class AdaptedStore(Storage, Sources, Protocol):
@@ -107,7 +125,7 @@ class StoreAdapter:
     store: AdaptedStore
 
     def apply(
-        self, command: Command | None, observed_at_ms: int, fault: Fault | None
+        self, command: AnyCommand | None, observed_at_ms: int, fault: Fault | None
     ) -> StepResult:
         return run_step(self.store, command, observed_at_ms, fault)
 
@@ -140,6 +158,7 @@ class ReferenceAdapter(StoreAdapter):
             "lost_retry_local",
             "lost_retry_cluster",
             "guards",
+            WORKFLOW,
         }
     )
 

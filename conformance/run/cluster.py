@@ -3,9 +3,10 @@
 `ClusterAdapter` drives a `ClusterStore` on a real PostgreSQL server, one fresh schema per
 adapter (the replayer makes one per trace), with the suite's shared step semantics (`run_step`
 for commands and faults), projects through the backdoor reader, and `reopen()` really closes
-and reopens the connection. Capabilities so far: the run domain, faults and `guards`; the
-sources and the cluster recovery and page semantics come next (issue 5), so a trace that needs
-them is reported as not applicable, never as passed.
+and reopens the connection. Capabilities: the run domain, faults, the sources, both recovery
+and page semantics, `guards` and `workflow` (the Workflow rows of SPEC §4.1 through
+`execute_workflow`, and the Workflow sources); a trace that needs anything else is reported as
+not applicable, never as passed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import uuid
 import psycopg
 from psycopg import sql
 
-from conformance.run.adapter import StoreAdapter
+from conformance.run.adapter import WORKFLOW, StoreAdapter
 from runners.cluster.named_sql import STATEMENTS
 from runners.cluster.store import ClusterStore
 
@@ -29,6 +30,7 @@ CAPABILITIES = frozenset(
         "local_recovery",
         "lost_retry_local",
         "guards",
+        WORKFLOW,
     }
 )
 

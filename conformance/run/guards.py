@@ -55,6 +55,7 @@ from kernel import (
     apply,
 )
 from kernel.specs import AttemptStatus, LeaseStatus
+from kernel.workflow import is_workflow_command
 from runners.engine import StaleWrite, Storage, load_for
 
 #: The capability an adapter declares when `adapter.store` is the engine's storage port.
@@ -272,7 +273,10 @@ def _write_of(step: Step) -> Command | None:
     if step.command is None or step.fault is not None or step.expect.kind != "applied":
         return None
     command = decode_trace_command(step.command)
-    return None if isinstance(command, Rejected) else command
+    if isinstance(command, Rejected) or is_workflow_command(command):
+        # Guard mode probes the Run domain's effects; a Workflow step is only replayed.
+        return None
+    return cast(Command, command)
 
 
 def probe_every_write(

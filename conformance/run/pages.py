@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, cast
 
 from conformance.run.faults import Fault, FaultKind, InjectedIOError
 from kernel import Effect, LostRetryPageResult, Page, Profile, RunAggregate
@@ -39,7 +39,17 @@ SOURCE_PARAMS: dict[str, tuple[str, ...]] = {
     "orphaned_created": ("process_started_at_ms", "after"),
     "cancel_convergence": (),
     "local_dispatch": ("local_executor_type", "after"),
+    # The Workflow sources (SPEC §4.2-§4.5, `runners.sources.WorkflowSelectionSources`).
+    "workflow_cancel": ("after",),
+    "workflow_frontier": ("after",),
+    "task_admission": ("observed_at_ms", "after"),
+    "task_dispatch": ("local_executor_type", "after"),
+    "task_recovery": ("after",),
 }
+
+#: The capability of a store with Workflows (`conformance.run.adapter.WORKFLOW`): it also
+#: answers the five Workflow sources.
+WORKFLOW_SOURCES = "workflow"
 
 #: The capability an adapter must declare to be asked a source or a page mode.
 SOURCE_CAPABILITIES: dict[str, str] = {
@@ -50,6 +60,11 @@ SOURCE_CAPABILITIES: dict[str, str] = {
     "orphaned_created": "local_recovery",
     "cancel_convergence": "sources",
     "local_dispatch": "sources",
+    "workflow_cancel": WORKFLOW_SOURCES,
+    "workflow_frontier": WORKFLOW_SOURCES,
+    "task_admission": WORKFLOW_SOURCES,
+    "task_dispatch": WORKFLOW_SOURCES,
+    "task_recovery": WORKFLOW_SOURCES,
 }
 LOCAL_PAGES = "lost_retry_local"  # RETRY-17 local: errored candidates are counted, page goes on
 CLUSTER_PAGES = "lost_retry_cluster"  # RETRY-17 cluster: the first error stops the page closed
@@ -105,6 +120,32 @@ class ExpiryPass:
 
 
 PageRequest = SourceQuery | LostRetryPass | ExpiryPass
+
+
+class WorkflowSources(Protocol):
+    """The Workflow sources a store with the `workflow` capability answers (SPEC §4.2-§4.5;
+    the edge, cluster and reference stores all do), with the keys of
+    `kernel.workflow.selection`."""
+
+    def workflow_cancel_candidates(
+        self, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]: ...
+
+    def workflow_frontier_candidates(
+        self, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]: ...
+
+    def task_admission_candidates(
+        self, observed_at_ms: int, limit: int, after: tuple[int, str, int] | None = None
+    ) -> Page[tuple[int, str, int]]: ...
+
+    def task_dispatch_candidates(
+        self, local_executor_type: str, limit: int, after: tuple[int, str] | None = None
+    ) -> Page[tuple[int, str]]: ...
+
+    def task_recovery_candidates(
+        self, limit: int, after: tuple[str] | None = None
+    ) -> Page[tuple[str]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +213,31 @@ def query_page(sources: Sources, query: SourceQuery, observed_at_ms: int) -> Pag
         case "local_dispatch":
             assert query.local_executor_type is not None
             return sources.local_dispatch_candidates(query.local_executor_type, query.limit, after)
+    if query.source in WORKFLOW_QUERIES:
+        return _workflow_page(cast(WorkflowSources, sources), query, observed_at_ms)
+    raise ValueError(f"unknown source {query.source!r}")
+
+
+WORKFLOW_QUERIES = frozenset(
+    name for name, capability in SOURCE_CAPABILITIES.items() if capability == WORKFLOW_SOURCES
+)
+
+
+def _workflow_page(sources: WorkflowSources, query: SourceQuery, observed_at_ms: int) -> Page[Any]:
+    """A Workflow source's page (the trace's `workflow` capability vouches for the store)."""
+    after: Any = query.after
+    match query.source:
+        case "workflow_cancel":
+            return sources.workflow_cancel_candidates(query.limit, after)
+        case "workflow_frontier":
+            return sources.workflow_frontier_candidates(query.limit, after)
+        case "task_admission":
+            return sources.task_admission_candidates(observed_at_ms, query.limit, after)
+        case "task_dispatch":
+            assert query.local_executor_type is not None
+            return sources.task_dispatch_candidates(query.local_executor_type, query.limit, after)
+        case "task_recovery":
+            return sources.task_recovery_candidates(query.limit, after)
     raise ValueError(f"unknown source {query.source!r}")
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from conformance.run.adapter import ReferenceAdapter, StepResult
+from conformance.run.adapter import WORKFLOW, ReferenceAdapter, StepResult
 from conformance.run.faults import FAULTS_CAPABILITY, Fault
 from conformance.run.pages import PageRequest
 from conformance.run.trace import (
+    AnyCommand,
     Expectation,
     Step,
     TokenNames,
@@ -18,7 +19,8 @@ from conformance.run.trace import (
     encode_trace_command,
     projection_digest,
 )
-from kernel import Command, Rejected
+from kernel import Rejected
+from kernel.workflow import is_workflow_command
 
 
 class Recorder:
@@ -39,9 +41,12 @@ class Recorder:
             self.capabilities.add(FAULTS_CAPABILITY)
 
     def step(
-        self, command: Command | None, observed_at_ms: int, fault: Fault | None = None
+        self, command: AnyCommand | None, observed_at_ms: int, fault: Fault | None = None
     ) -> StepResult:
         self._note_fault(fault)
+        if command is not None and is_workflow_command(command):
+            # SPEC §7: a Workflow step needs a store that persists Workflows (§4.1).
+            self.capabilities.add(WORKFLOW)
         result = self.adapter.apply(command, observed_at_ms, fault)
         projection = self.adapter.project()
         self.steps.append(

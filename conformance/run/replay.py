@@ -10,8 +10,8 @@ from conformance.run.adapter import ConformanceAdapter, StepResult
 from conformance.run.faults import FaultKind
 from conformance.run.pages import ExpiryPass, LostRetryPass, SourceQuery
 from conformance.run.projection import diff
-from conformance.run.trace import Step, Trace, canonical, decode_trace_command
-from kernel import Command, Rejected
+from conformance.run.trace import AnyCommand, Step, Trace, canonical, decode_trace_command
+from kernel import Rejected
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +112,7 @@ def apply_step(adapter: ConformanceAdapter, step: Step) -> StepResult:
     """Apply one trace step to an adapter exactly as the replayer does."""
     if step.page is not None:
         return adapter.page(step.page, step.observed_at_ms, step.fault)
-    command: Command | None = None
+    command: AnyCommand | None = None
     if step.command is not None:
         decoded = decode_trace_command(step.command)
         if isinstance(decoded, Rejected):

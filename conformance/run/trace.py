@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,17 @@ from kernel import (
     decode_provider_policy,
     encode_command,
 )
+from kernel.workflow import (
+    WORKFLOW_COMMANDS_BY_NAME,
+    WorkflowCommand,
+    decode_workflow_command,
+    encode_workflow_command,
+    is_workflow_command,
+)
+
+#: A command a trace step carries: a Run command (`kernel.codec`) or a Workflow command
+#: (`kernel.workflow.codec`, SPEC §4); the replay sends each to its own engine entry point.
+AnyCommand = Command | WorkflowCommand
 
 TRACE_VERSION = 1
 COMPONENTS = ("run", "journal", "workflow", "approved_action")
@@ -142,8 +154,12 @@ class TokenNames:
         return {"token": name}
 
 
-def encode_trace_command(command: Command, names: TokenNames) -> TraceCommand:
-    name, args = encode_command(command, encode_secret=names.name_of)
+def encode_trace_command(command: AnyCommand, names: TokenNames) -> TraceCommand:
+    if is_workflow_command(command):
+        name, args = encode_workflow_command(command, encode_secret=names.name_of)
+        return TraceCommand(name=name, args=args)
+    # A Run command: `is_workflow_command` narrows only its positive branch.
+    name, args = encode_command(typing.cast(Command, command), encode_secret=names.name_of)
     policy = args.pop("provider_policy", None)
     return TraceCommand(
         name=name,
@@ -162,7 +178,14 @@ def _decode_token(value: object, field: str) -> Secret:
     return trace_token(value["token"])
 
 
-def decode_trace_command(command: TraceCommand) -> Command | Rejected:
+def decode_trace_command(command: TraceCommand) -> AnyCommand | Rejected:
+    """The command of a trace step, strictly decoded by its domain's codec: a Workflow name
+    (`admit_workflow`, `admit_task`, ...) by `kernel.workflow.codec`, any other by
+    `kernel.codec` (which refuses an unknown name)."""
+    if command.name in WORKFLOW_COMMANDS_BY_NAME:
+        if command.provider_policy is not None:
+            raise CommandError("provider_policy", "only admit_run takes a provider policy")
+        return decode_workflow_command(command.name, command.args, decode_secret=_decode_token)
     policy = None
     if command.provider_policy is not None:
         policy = decode_provider_policy(command.provider_policy)

@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from conformance.run.adapter import ConformanceAdapter
 from conformance.run.corpus import read_text, read_trace, trace_paths
@@ -28,6 +28,7 @@ from conformance.run.projection import diff
 from conformance.run.replay import apply_step, step_label
 from conformance.run.trace import Step, decode_trace_command
 from kernel import Command, Rejected
+from kernel.workflow import is_workflow_command
 
 __all__ = ["WritePath", "every_write", "write_of"]
 
@@ -56,9 +57,13 @@ def write_of(trace: str, step: Step) -> WritePath | None:
     if step.command is None or step.fault is not None or step.expect.kind != "applied":
         return None
     command = decode_trace_command(step.command)
-    if isinstance(command, Rejected):
+    if isinstance(command, Rejected) or is_workflow_command(command):
+        # The modes fault and probe the Run domain's effects; a Workflow step is replayed
+        # (through `apply_step`, which routes it to `execute_workflow`), never probed.
         return None
-    return WritePath(trace, step.step, command, step.observed_at_ms, step.expect.code or "")
+    return WritePath(
+        trace, step.step, cast(Command, command), step.observed_at_ms, step.expect.code or ""
+    )
 
 
 A = TypeVar("A", bound=ConformanceAdapter)

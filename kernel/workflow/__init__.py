@@ -29,6 +29,12 @@ from kernel.workflow.cancellation import (
     request_workflow_cancel,
     stops_needed,
 )
+from kernel.workflow.codec import (
+    WORKFLOW_COMMANDS_BY_NAME,
+    decode_workflow_command,
+    encode_workflow_command,
+    is_workflow_command,
+)
 from kernel.workflow.commands import (
     MAX_WORKFLOW_STEPS,
     AdmitTask,
@@ -125,6 +131,7 @@ __all__ = [
     "STEP_RETRY_BACKOFF_MAX_MS",
     "STEP_RUN_TABLE",
     "TASK_ATTEMPT_TABLE",
+    "WORKFLOW_COMMANDS_BY_NAME",
     "WORKFLOW_COMMAND_TYPES",
     "WORKFLOW_EXECUTOR_TYPE",
     "WORKFLOW_RUN_TABLE",
@@ -167,10 +174,13 @@ __all__ = [
     "check_workflow_invariants",
     "complete_task",
     "converge_workflow_cancel",
+    "decode_workflow_command",
     "dispatchable",
+    "encode_workflow_command",
     "fail_task_start",
     "frontier_changes",
     "frontier_due",
+    "is_workflow_command",
     "local_completion_command",
     "needs_convergence",
     "open_for_tasks",

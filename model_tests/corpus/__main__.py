@@ -1,4 +1,5 @@
-"""Regenerate (or check) the committed trace corpus under `conformance/traces/run/`.
+"""Regenerate (or check) the committed trace corpora under `conformance/traces/run/` and
+`conformance/traces/workflow/`.
 
     .venv/bin/python -m model_tests.corpus            # rewrite every trace, print a summary
     .venv/bin/python -m model_tests.corpus --check    # compare, write nothing; exit 1 on drift
@@ -6,7 +7,9 @@
 Named scenarios (`model_tests.corpus.scenarios`) are written as `<name>.jsonl`; the generated
 corpus is `GENERATED_COUNT` seeded model runs (`model_tests.machines.record_trace`, seeds from
 `BASE_SEED`) written as `generated/<machine>-<profile>-<seed>.jsonl.gz`. The comparison is of
-the decompressed text, so a different zlib cannot make `--check` fail.
+the decompressed text, so a different zlib cannot make `--check` fail. The Workflow corpus
+(SPEC §4.10) is `model_tests.corpus.workflow_scenarios`: its named `WF-..` traces and its seeded
+random Workflows under `generated/`.
 """
 
 from __future__ import annotations
@@ -17,9 +20,16 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from conformance.run.corpus import RUN_CORPUS, read_text, trace_paths, write_text
+from conformance.run.corpus import (
+    RUN_CORPUS,
+    WORKFLOW_CORPUS,
+    read_text,
+    trace_paths,
+    write_text,
+)
 from conformance.run.trace import Trace, dumps
 from kernel.specs.states import Profile
+from model_tests.corpus import workflow_scenarios
 from model_tests.corpus.scenarios import SCENARIOS
 from model_tests.machines import record_trace
 
@@ -50,18 +60,13 @@ def named() -> Iterator[tuple[str, Trace]]:
         yield f"{name}.jsonl", build()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m model_tests.corpus", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="compare only; exit 1 on drift")
-    parser.add_argument("--root", type=Path, default=RUN_CORPUS, help="corpus directory")
-    args = parser.parse_args(argv)
-    started = time.monotonic()
+def _sync(root: Path, traces: Iterator[tuple[str, Trace]], check: bool) -> tuple[int, int, int]:
+    """Compare (and unless `check`, rewrite) one corpus directory: (steps, differ, extra)."""
     expected: dict[str, str] = {}
     steps = 0
-    for relative, trace in (*named(), *generated()):
+    for relative, trace in traces:
         expected[relative] = dumps(trace)
         steps += len(trace.steps)
-    root: Path = args.root
     present = {str(p.relative_to(root)): p for p in trace_paths(root)} if root.exists() else {}
     drift = sorted(
         rel
@@ -69,22 +74,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rel not in present or read_text(present[rel]) != text
     )
     extra = sorted(set(present) - set(expected))
-    summary = (
-        f"{len(SCENARIOS)} named + {GENERATED_COUNT} generated traces, {steps} steps, "
-        f"{time.monotonic() - started:.1f} s"
-    )
-    if args.check:
+    if check:
         for rel in drift:
-            print(f"differs or missing: {rel}")
+            print(f"differs or missing: {root.name}/{rel}")
         for rel in extra:
-            print(f"not produced by the generator: {rel}")
-        print(f"corpus check: {summary}; {len(drift)} differ, {len(extra)} extra")
-        return 1 if drift or extra else 0
+            print(f"not produced by the generator: {root.name}/{rel}")
+        return steps, len(drift), len(extra)
     for rel in extra:
         present[rel].unlink()
     for rel in drift:
         write_text(root / rel, expected[rel])
-    print(f"corpus written to {root}: {summary}; {len(drift)} rewritten, {len(extra)} removed")
+    return steps, len(drift), len(extra)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m model_tests.corpus", description=__doc__)
+    parser.add_argument("--check", action="store_true", help="compare only; exit 1 on drift")
+    parser.add_argument("--root", type=Path, default=RUN_CORPUS, help="corpus directory")
+    parser.add_argument(
+        "--workflow-root",
+        type=Path,
+        default=WORKFLOW_CORPUS,
+        help="Workflow corpus directory (SPEC §4.10)",
+    )
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    steps, drift, extra = _sync(args.root, iter((*named(), *generated())), args.check)
+    wf_steps, wf_drift, wf_extra = _sync(
+        args.workflow_root,
+        iter((*workflow_scenarios.named(), *workflow_scenarios.generated())),
+        args.check,
+    )
+    summary = (
+        f"{len(SCENARIOS)} named + {GENERATED_COUNT} generated traces, {steps} steps; "
+        f"workflow: {len(workflow_scenarios.WORKFLOW_SCENARIOS)} named + "
+        f"{len(workflow_scenarios.GENERATED_SEEDS)} generated traces, {wf_steps} steps; "
+        f"{time.monotonic() - started:.1f} s"
+    )
+    drift, extra = drift + wf_drift, extra + wf_extra
+    if args.check:
+        print(f"corpus check: {summary}; {drift} differ, {extra} extra")
+        return 1 if drift or extra else 0
+    print(
+        f"corpus written to {args.root} and {args.workflow_root}: {summary}; "
+        f"{drift} rewritten, {extra} removed"
+    )
     return 0
 
 

@@ -18,7 +18,7 @@ from conformance.run.adapter import StepResult
 from conformance.run.faults import Fault, FaultKind
 from conformance.run.pages import LostRetryPass, SourceQuery
 from conformance.run.recorder import Recorder
-from conformance.run.trace import Trace, TraceCommand, TraceHeader, trace_token
+from conformance.run.trace import AnyCommand, Trace, TraceCommand, TraceHeader, trace_token
 from kernel import (
     AcknowledgeRunning,
     AcknowledgeStarting,
@@ -74,9 +74,11 @@ class Scenario:
         *,
         profile: Profile = Profile.EDGE,
         capabilities: tuple[str, ...] = (),
+        component: str = "run",
     ) -> None:
         header = TraceHeader(
             name=name,
+            component=component,
             profile=profile.value,
             seed=0,
             description=description,
@@ -105,7 +107,7 @@ class Scenario:
     # -- steps ---------------------------------------------------------------------------------
     def do(
         self,
-        command: Command | None,
+        command: AnyCommand | None,
         expect: str | None = None,
         *,
         fault: Fault | None = None,

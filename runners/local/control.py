@@ -166,7 +166,7 @@ class LocalExecutionControl:
             # the kernel picks the command from the Attempt's row.
             _, step_run_id = attempt_step_run(self._store, attempt_id)
             command = local_completion_command(run_id, attempt_id, step_run_id, receipt)
-            outcome = execute_any(self._store, command, now)
+            outcome = execute_any(self._store, command, self._clock)
             # Applied, replayed or refused, the kernel has answered this receipt: the Attempt is
             # settled or left for startup recovery, never offered the same receipt again.
             self._launcher.forget(attempt_id)

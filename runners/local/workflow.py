@@ -41,7 +41,7 @@ from kernel.workflow import (
 )
 from runners.edge.store import EdgeStore
 from runners.edge.tasks import EdgeTaskStore
-from runners.engine import execute_workflow
+from runners.engine import in_transaction
 from runners.local.dispatcher import FIRST_CALLBACK_SEQUENCE, DispatchReport
 from runners.local.launcher import LaunchAmbiguous, Launched, LaunchRefused, LocalLauncher
 from runners.local.reads import task_attempt_task
@@ -64,6 +64,7 @@ __all__ = [
     "task_startup_recovery",
     "workflow_cancellation_phase",
 ]
+
 
 def workflow_cancellation_phase(
     store: EdgeStore, launcher: LocalLauncher, paging: Paging, clock: Callable[[], int]
@@ -93,7 +94,7 @@ def workflow_cancellation_phase(
             report.stops.append((attempt_id, result.value))
             stopped.append(attempt_id)
         command = ConvergeWorkflowCancel(candidate.run_id, tuple(stopped))
-        outcome = execute_workflow(store, command, clock())
+        outcome = in_transaction(store, command, clock)
         report.outcomes.append((candidate.run_id, outcome.kind.value, outcome.code.value))
 
     run_pages("cancellation", store.workflow_cancel_candidates, paging, converge, report)
@@ -110,7 +111,6 @@ def task_dispatch_once(
     """One activation of the Task half of D-15: the kernel's dispatcher step machine over the
     Task dispatch source (key `(admitted_at_ms, 0, attempt_id)`), `prepare_task` as the start
     barrier committed before the spawn, then the launch and the handle fact (§4.4, §4.7)."""
-    observed_at_ms = clock()
     scan, action = dispatch_begin(paging)
     prepared: dict[str, tuple[TaskExecution, Secret]] = {}
     while not isinstance(action, DispatchDone):
@@ -130,7 +130,7 @@ def task_dispatch_once(
                 callback_sequence=FIRST_CALLBACK_SEQUENCE,
                 callback_token_sha256=token_digest(token.reveal()),
             )
-            outcome = execute_workflow(store, command, observed_at_ms)
+            outcome = in_transaction(store, command, clock)
             scan, action = dispatch_advance(scan, ActivationAnswered(candidate, outcome))
         else:
             after = None if action.after is None else (action.after[0], action.after[2])
@@ -162,7 +162,7 @@ def task_dispatch_once(
         handle = RecordTaskHandle(
             activated.run_id, activated.attempt_id, launched.handle, started_at_ms
         )
-        execute_workflow(store, handle, clock())
+        in_transaction(store, handle, clock)
         launch = "launched"
     elif isinstance(launched, LaunchRefused):
         launch = f"refused:{launched.code}"
@@ -211,7 +211,7 @@ def task_startup_recovery(
             command = RecoverTaskStartup(
                 candidate.run_id, candidate.attempt_id, evidence, launched=launched
             )
-            outcome = execute_workflow(store, command, clock())
+            outcome = in_transaction(store, command, clock)
             resolved.append((candidate.attempt_id, outcome.kind.value, outcome.code.value))
             if watched_after_startup(outcome):
                 launcher.adopt(candidate.run_id, candidate.attempt_id, adoptable(launcher, attempt))

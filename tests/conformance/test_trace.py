@@ -18,6 +18,7 @@ from conformance.run.pages import ExpiryPass
 from conformance.run.recorder import Recorder
 from conformance.run.replay import replay, step_label
 from conformance.run.trace import (
+    AnyCommand,
     Expectation,
     Step,
     Trace,
@@ -27,7 +28,7 @@ from conformance.run.trace import (
     loads,
     projection_digest,
 )
-from kernel import AdmitRun, Command
+from kernel import AdmitRun
 from tests.support.sim import Sim, advance_clock, draw_command
 from tests.support.trace_schema import validate_line
 
@@ -257,7 +258,7 @@ class ExplodingAdapter(ReferenceAdapter):
         self.calls = 0
 
     def apply(
-        self, command: Command | None, observed_at_ms: int, fault: Fault | None
+        self, command: AnyCommand | None, observed_at_ms: int, fault: Fault | None
     ) -> StepResult:
         self.calls += 1
         if self.calls == 2:

@@ -299,8 +299,13 @@ WHERE s.status = 'ready'
       SELECT 1 FROM task_admissions AS t
       WHERE t.step_run_id = s.step_run_id AND t.step_run_version = s.version
   )
-  AND (SELECT count(*) FROM task_admissions AS t WHERE t.step_run_id = s.step_run_id)
-      < s.max_attempts
+  -- Attempts left: an Attempt proven never launched does not count (decision WF-6).
+  AND (
+      SELECT count(*) FROM task_admissions AS t
+      JOIN attempts AS x ON x.attempt_id = t.attempt_id
+      WHERE t.step_run_id = s.step_run_id
+        AND coalesce(x.error_code, '') <> 'WORKFLOW_TASK_NEVER_LAUNCHED'
+  ) < s.max_attempts
   AND (coalesce(s.ready_at_ms, 0), s.step_run_id, s.version)
       > (:after_k0, :after_step_run_id, :after_version)
 ORDER BY k0, s.step_run_id, s.version
