@@ -750,7 +750,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             SourcePatch(
                 WF_CANCELLATION,
-                "    if any(a.attempt_id not in stopped for a in started_attempts(wf)):\n"
+                "    if any(a.attempt_id not in stopped for a in started):\n"
                 "        return Rejected(Code.LIVE_EXECUTION)\n",
                 "",
             ),
