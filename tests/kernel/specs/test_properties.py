@@ -88,7 +88,7 @@ def test_issue_assignment_rules() -> None:
 
 
 def test_required_ids() -> None:
-    assert CURRENT_ISSUE == 7  # the lifecycles and the local application
+    assert CURRENT_ISSUE == 8  # Workflow Tasks (SPEC §4)
     current = required_ids(CURRENT_ISSUE)
     assert {"S-1", "CAD-11", "CAD-12", "RUN-02", "LEASE-02", "RETRY-19"} <= current
     assert {"RUN-06", "RETRY-10", "CAD-16", "REC-09"} <= current
@@ -98,7 +98,7 @@ def test_required_ids() -> None:
     assert {f"INBOX-{n:02d}" for n in range(1, 45)} <= current
     assert {"CAD-15", "INBOX-43", "INBOX-44", "E-2"} <= current
     assert {"RETRY-21", "CAD-01", "CAD-13", "CAD-14", "E-7"} <= current
-    assert "WF-19" not in current
+    assert {f"WF-{n:02d}" for n in range(1, 20)} <= current
     assert required_ids(1) == frozenset()
     assert required_ids(8) == frozenset(PROPERTIES)
     for issue in range(1, 9):
