@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernel.entities import Attempt, Run, RunAggregate
+from kernel.entities import Attempt, Run
 from kernel.identity import workflow_admission_event_id, workflow_task_attempt_id
 from kernel.outcomes import Raced, Rejected, Replayed
 from kernel.specs.codes import Code
@@ -145,7 +145,3 @@ def admit_task(
         event_id=event_id,
     )
     return tx.commit_workflow(Code.ADMITTED)
-
-
-def core_or_none(aggregate: WorkflowAggregate | None) -> RunAggregate | None:
-    return None if aggregate is None else aggregate.core

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernel.effects import (
-    AppendEvent,
     Effect,
     EffectConflict,
     InsertLease,
@@ -110,7 +109,3 @@ def apply_workflow_effects(
         step_runs=tuple(sorted((steps[i] for i in order), key=lambda s: s.ordinal)),
         ledger=tuple(ledger),
     )
-
-
-def workflow_events(effects: tuple[WorkflowEffect, ...]) -> tuple[AppendEvent, ...]:
-    return tuple(e for e in effects if isinstance(e, AppendEvent))

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from kernel.effects import AppendEvent, Effect
-from kernel.entities import Run, RunAggregate
+from kernel.effects import AppendEvent
+from kernel.entities import Run
 from kernel.outcomes import Applied, Rejected
 from kernel.specs.codes import Code
 from kernel.specs.workflow import (
@@ -114,11 +114,8 @@ class WorkflowTx(Tx):
         assert isinstance(base, Applied)
         if not self._steps_legal():
             return Rejected(Code.INVALID_TRANSITION)
-        run_effects: list[Effect] = []
-        events: list[AppendEvent] = []
-        for effect in base.effects:
-            (events if isinstance(effect, AppendEvent) else run_effects).append(effect)  # type: ignore[arg-type]
-        effects: list[WorkflowEffect] = list(run_effects)
+        events = [e for e in base.effects if isinstance(e, AppendEvent)]
+        effects: list[WorkflowEffect] = [e for e in base.effects if not isinstance(e, AppendEvent)]
         if self._new_admission:
             effects.append(InsertWorkflowAdmission(self.admission))
         for step_run_id in self._step_order:
@@ -178,7 +175,3 @@ class WorkflowTx(Tx):
             ):
                 return False
         return True
-
-
-def core_of(aggregate: WorkflowAggregate | None) -> RunAggregate | None:
-    return aggregate.core if aggregate is not None else None
