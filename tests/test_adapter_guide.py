@@ -1,6 +1,7 @@
-"""docs/adapter-guide.md is true (issue 16 item 4): its walk-through, run as a newcomer would run
-it, ends with a passing third-party adapter, kill mode included; its tables of effect fields,
-aggregate shapes and enum values are the kernel's own."""
+"""docs/adapter-guide.md is true (issue 16 item 4, issue 18): its walk-through, run as a newcomer
+would run it, ends with a passing third-party adapter, kill mode and Workflows included; its
+tables of effect fields, aggregate shapes and enum values, Run and Workflow (§9), are the
+kernel's own."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pytest
 
 from conformance.run.corpus import RUN_CORPUS, trace_paths
 from kernel import effects, entities
-from kernel.specs import states
+from kernel import workflow as wf
 from tests.support.wiring_traces import WIRING, wiring_traces
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,20 +81,47 @@ def test_the_shape_table_is_kernel_entities() -> None:
         assert table[cls.__name__] == _fields(cls), cls.__name__
 
 
+def test_the_workflow_effect_table_is_kernel_workflow_effects() -> None:
+    """§9's table: the Workflow effects a store with the `workflow` capability persists."""
+    table = _table("workflow-effects:")
+    members = [
+        c for c in typing.get_args(wf.WorkflowEffect) if c not in typing.get_args(effects.Effect)
+    ]
+    assert list(table) == [cls.__name__ for cls in members]
+    for cls in members:
+        assert table[cls.__name__] == _fields(cls), cls.__name__
+
+
+def test_the_workflow_shape_table_is_kernel_workflow_entities() -> None:
+    table = _table("workflow-shapes:")
+    shapes = (wf.WorkflowAggregate, wf.WorkflowAdmission, wf.StepRun, wf.TaskAdmission)
+    assert list(table) == [cls.__name__ for cls in shapes]
+    for cls in shapes:
+        assert table[cls.__name__] == _fields(cls), cls.__name__
+
+
 def test_the_enum_table_is_every_enum_a_stored_field_has() -> None:
     table = _table("enums:")
-    stored: set[str] = set()
-    for cls in (entities.Run, entities.Attempt, entities.RunRetryPolicy, entities.Lease):
+    stored: dict[str, type[enum.Enum]] = {}
+    for cls in (
+        entities.Run,
+        entities.Attempt,
+        entities.RunRetryPolicy,
+        entities.Lease,
+        entities.Event,
+        wf.WorkflowAdmission,
+        wf.StepRun,
+        wf.TaskAdmission,
+    ):
         for hint in typing.get_type_hints(cls).values():
             stored.update(
-                o.__name__
+                (o.__name__, o)
                 for o in typing.get_args(hint) or (hint,)
                 if isinstance(o, type) and issubclass(o, enum.Enum)
             )
-    stored.add("Actor")  # Event.actor
-    assert set(table) == stored
+    assert set(table) == set(stored)
     for name, values in table.items():
-        assert values == [member.value for member in getattr(states, name)], name
+        assert values == [member.value for member in stored[name]], name
 
 
 @pytest.mark.slow

@@ -17,7 +17,11 @@ runner whose adapter offers the kill-mode port, the kill mode at every boundary 
 port (`conformance.run.kill_port`), else a line saying it did not run and what it lacks. For
 the edge and cluster runners, last, the lock probe (`conformance.run.locks`, B-35, D-2): while
 every write path holds its transaction after its load, a second connection's `FOR UPDATE` /
-`BEGIN IMMEDIATE` on what it loaded must block until it commits.
+`BEGIN IMMEDIATE` on what it loaded must block until it commits. With the bundled corpus every
+mode walks the run corpus and then the Workflow corpus: the Workflow write paths (SPEC §4, one
+`execute_workflow` transaction each) are guarded, killed, terminated and lock-probed as the Run
+write paths are, and each mode's line says how many of its write paths are Workflow ones
+(`Workflow write paths: N`).
 
 `--component journal` replays the journal corpus (`conformance/traces/journal/`, SPEC §7
 component `journal`) against the file and/or SQLite journal adapter on real temporary roots
@@ -78,6 +82,8 @@ from conformance.run.corpus import RUN_CORPUS, WORKFLOW_CORPUS, trace_paths
 from conformance.run.factories import BUILTIN, AdapterFactory, FactoryError, resolve
 from conformance.run.guards import GUARDS, probe_every_write
 from conformance.run.trace import TraceFormatError
+from conformance.run.walk import Roots
+from kernel.workflow import WORKFLOW_COMMANDS_BY_NAME
 
 #: How long `--runner cluster` waits for the database to answer before exit 3.
 CONNECT_TIMEOUT_S = 5
@@ -350,20 +356,23 @@ def _conform_on(
     if summary.diverged:
         print(render_divergences(summary.diverged), file=stream)
     modes: list[ModeResult] = []
+    # The modes walk what was replayed: the run corpus, then the Workflow corpus (issue 18
+    # item 3: the Workflow write paths are guarded and killed like the Run ones).
+    walked: Roots = (root, WORKFLOW_CORPUS) if workflow else root
     if not args.no_guards:
         with _replay_errors(args.runner):
-            modes.extend(_guard_mode(_factory(args.runner, dsn), root, ctx))
+            modes.extend(_guard_mode(_factory(args.runner, dsn), walked, ctx))
     if args.runner == "edge" and not args.no_kill:
-        modes.append(_kill_mode(root, ctx))
+        modes.append(_kill_mode(walked, ctx))
     if args.runner == "cluster" and not args.no_kill and dsn is not None:
-        modes.extend(_cluster_kill_mode(root, dsn, ctx))
+        modes.extend(_cluster_kill_mode(walked, dsn, ctx))
     if args.runner == "reference" and not args.no_kill:
         modes.append(_kill_mode_not_run(args.runner, ctx))
     if args.runner not in {"edge", "cluster", "reference"} and not args.no_kill:
         with _replay_errors(args.runner):
-            modes.append(_port_kill_mode(args.runner, _factory(args.runner, dsn), root, ctx))
+            modes.append(_port_kill_mode(args.runner, _factory(args.runner, dsn), walked, ctx))
     if args.runner in {"edge", "cluster"} and not args.no_locks:
-        modes.extend(_lock_probe(args.runner, root, dsn, ctx))
+        modes.extend(_lock_probe(args.runner, walked, dsn, ctx))
     if args.junit is not None:
         _write_junit(summary, args.runner, args.junit, stream, modes)
     print(_verdict(summary, modes), file=stream)
@@ -453,7 +462,15 @@ def _replay_journal(
             raise UsageError(f"{paths[done]}: cannot read the trace: {exc}") from None
 
 
-def _guard_mode(factory: AdapterFactory, root: Path, ctx: Context) -> list[ModeResult]:
+def _workflow_paths(commands: Sequence[str]) -> str:
+    """How many of a mode's write paths are Workflow ones (SPEC §4), for its line. It goes in
+    a parenthesis that leaves the rest of the line as it was (`N write paths, K ..., F
+    failures`): scripts and the README's checks read that shape."""
+    count = sum(1 for name in commands if name in WORKFLOW_COMMANDS_BY_NAME)
+    return f"Workflow write paths: {count}"
+
+
+def _guard_mode(factory: AdapterFactory, root: Roots, ctx: Context) -> list[ModeResult]:
     """Every guard of every write path, probed with a stale write (`conformance.run.guards`);
     no result when the runner cannot be probed (it says so)."""
     stream = ctx.out
@@ -461,7 +478,10 @@ def _guard_mode(factory: AdapterFactory, root: Path, ctx: Context) -> list[ModeR
     if report.not_applicable:
         print(f"guard mode: not applicable (runner lacks: {GUARDS})", file=stream)
         return []
-    line = f"guard mode: {report.summary()}"
+    flows = _workflow_paths([w.command for w in report.writes])
+    line = f"guard mode: {report.summary()}".replace(
+        "(every guard of every effect)", f"(every guard of every effect; {flows})", 1
+    )
     print(line, file=stream)
     _print_failures(report.failures, ctx)
     return [ModeResult("guard mode", line, tuple(report.failures))]
@@ -482,7 +502,7 @@ def _kill_mode_not_run(runner: str, ctx: Context) -> ModeResult:
     return ModeResult("kill mode", f"kill mode: {reason}", skipped=reason)
 
 
-def _port_kill_mode(runner: str, factory: AdapterFactory, root: Path, ctx: Context) -> ModeResult:
+def _port_kill_mode(runner: str, factory: AdapterFactory, root: Roots, ctx: Context) -> ModeResult:
     """Kill mode through the adapter port for a `module:factory` runner that offers it
     (`conformance.run.kill_port`); otherwise not run, with the part of the port it lacks."""
     kill = importlib.import_module("conformance.run.kill_port")
@@ -494,28 +514,32 @@ def _port_kill_mode(runner: str, factory: AdapterFactory, root: Path, ctx: Conte
         )
         print(f"kill mode: {reason}", file=ctx.out)
         return ModeResult("kill mode", f"kill mode: {reason}", skipped=reason)
-    line = f"kill mode: {report.summary()}"
+    flows = _workflow_paths([r.path.command.name for r in report.results])
+    line = f"kill mode: {report.summary()}".replace(
+        "before and after commit)", f"before and after commit; {flows})", 1
+    )
     print(line, file=ctx.out)
     _print_failures(report.failures, ctx)
     return ModeResult("kill mode", line, tuple(report.failures))
 
 
-def _kill_mode(root: Path, ctx: Context) -> ModeResult:
+def _kill_mode(root: Roots, ctx: Context) -> ModeResult:
     """The edge runner's kill mode over the same traces (RUN-06, RETRY-10)."""
     kill = importlib.import_module("conformance.run.kill_edge")
     results = kill.kill_every_write(root)
     kills = sum(r.kills for r in results)
     failures = [line for r in results for line in r.failures]
+    flows = _workflow_paths([r.path.command.name for r in results])
     line = (
         f"kill mode: {len(results)} write paths, {kills} SIGKILLs at every statement boundary, "
-        f"{len(failures)} left a state that was neither the before- nor the after-state"
+        f"{len(failures)} left a state that was neither the before- nor the after-state ({flows})"
     )
     print(line, file=ctx.out)
     _print_failures(failures, ctx)
     return ModeResult("kill mode", line, tuple(failures))
 
 
-def _cluster_kill_mode(root: Path, dsn: str, ctx: Context) -> list[ModeResult]:
+def _cluster_kill_mode(root: Roots, dsn: str, ctx: Context) -> list[ModeResult]:
     """The cluster runner's kill mode and terminate mode over the same traces (RUN-06,
     RETRY-10): a client SIGKILLed, then the runner's backend terminated by the server, at every
     statement boundary of every write path."""
@@ -523,18 +547,20 @@ def _cluster_kill_mode(root: Path, dsn: str, ctx: Context) -> list[ModeResult]:
     kill = importlib.import_module("conformance.run.kill_cluster")
     killed = kill.kill_every_write(root, dsn)
     torn = [line for r in killed for line in r.failures]
+    flows = _workflow_paths([r.path.command.name for r in killed])
     kill_line = (
         f"kill mode: {len(killed)} write paths, {sum(r.kills for r in killed)} SIGKILLs at every "
-        f"statement boundary, {len(torn)} torn states"
+        f"statement boundary, {len(torn)} torn states ({flows})"
     )
     print(kill_line, file=stream)
     _print_failures(torn, ctx)
     terminated = kill.terminate_every_write(root, dsn)
     failed = [line for r in terminated for line in r.failures]
+    flows = _workflow_paths([r.path.command.name for r in terminated])
     terminate_line = (
         f"terminate mode: {len(terminated)} write paths, "
         f"{sum(r.terminations for r in terminated)} pg_terminate_backend at every statement "
-        f"boundary, {len(failed)} failures"
+        f"boundary, {len(failed)} failures ({flows})"
     )
     print(terminate_line, file=stream)
     _print_failures(failed, ctx)
@@ -544,7 +570,7 @@ def _cluster_kill_mode(root: Path, dsn: str, ctx: Context) -> list[ModeResult]:
     ]
 
 
-def _lock_probe(runner: str, root: Path, dsn: str | None, ctx: Context) -> list[ModeResult]:
+def _lock_probe(runner: str, root: Roots, dsn: str | None, ctx: Context) -> list[ModeResult]:
     """The lock probe of the edge or cluster runner over the same traces (B-35, D-2)."""
     locks = importlib.import_module("conformance.run.locks")
     if runner == "edge":
@@ -553,7 +579,8 @@ def _lock_probe(runner: str, root: Path, dsn: str | None, ctx: Context) -> list[
         report = locks.lock_every_write_cluster(root, dsn)
     else:
         return []
-    line: str = report.summary()
+    flows = _workflow_paths([r.path.command.name for r in report.results])
+    line = str(report.summary()).replace("after the load,", f"after the load ({flows}),", 1)
     print(line, file=ctx.out)
     _print_failures(report.failures, ctx)
     return [ModeResult("lock probe", line, tuple(report.failures))]

@@ -88,9 +88,9 @@ def run_step(
     assert command is not None
     target = FaultyStorage(storage, fault)
     try:
-        outcome = _execute(target, command, observed_at_ms)
+        outcome = execute_command(target, command, observed_at_ms)
         if fault is not None and fault.kind is FaultKind.DUPLICATE_DELIVERY:
-            outcome = _execute(storage, command, observed_at_ms)
+            outcome = execute_command(storage, command, observed_at_ms)
     except InjectedCrash:
         return StepResult("crashed", None)
     except InjectedIOError:
@@ -98,10 +98,12 @@ def run_step(
     return StepResult(outcome.kind.value, outcome.code.value)
 
 
-def _execute(
+def execute_command(
     storage: Storage, command: AnyCommand, observed_at_ms: int
 ) -> Outcome | WorkflowOutcome:
-    """The engine entry point of `command`'s domain (decision WF-1: its own commands)."""
+    """The engine entry point of `command`'s domain (decision WF-1: its own commands): a Run
+    command through `execute`, a Workflow command through `execute_workflow` (the store must
+    then be a `WorkflowStorage`). The kill, guard and lock modes run every write through it."""
     if is_workflow_command(command):
         return execute_workflow(cast(WorkflowStorage, storage), command, observed_at_ms)
     return execute(storage, cast(Command, command), observed_at_ms)

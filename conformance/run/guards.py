@@ -20,6 +20,12 @@ the same row a second time. The store must refuse it with `StaleWrite` (zero row
 collision); the probe's transaction is then rolled back, and after all probes of a write the
 projection must equal the state before them. Anything the store accepts is reported.
 
+A Workflow write (SPEC §4, issue 18 item 3) is probed the same way on the Workflow aggregate
+(`execute_workflow`'s load): its Run-side effects as above, `UpdateStepRun` with an older epoch
+(`expected_version`), and `InsertWorkflowAdmission`, `InsertStepRun` and `InsertTaskAdmission`
+each inserted twice (the admission's, the StepRun's and the ledger's keys: a replayed admission
+must find its row, never write a second, I-W1, WF-19).
+
 Guard mode needs the runner's storage port (`runners.engine.Storage`), so an adapter opts in by
 declaring the capability `guards` and exposing it as `adapter.store`; an adapter without it is
 reported as not applicable for guard mode, never as passed.
@@ -34,15 +40,13 @@ from pathlib import Path
 from typing import Any, cast
 
 from conformance.run.adapter import ConformanceAdapter
-from conformance.run.corpus import RUN_CORPUS, read_trace, trace_paths
+from conformance.run.corpus import RUN_CORPUS, read_trace
 from conformance.run.projection import diff
 from conformance.run.replay import apply_step
-from conformance.run.trace import Step, decode_trace_command
+from conformance.run.trace import AnyCommand, Step, decode_trace_command
+from conformance.run.walk import Roots, decide, effects_of, trace_files
 from kernel import (
     AppendEvent,
-    Applied,
-    Command,
-    Effect,
     InsertAttempt,
     InsertLease,
     InsertPolicy,
@@ -52,11 +56,16 @@ from kernel import (
     UpdateLease,
     UpdatePolicy,
     UpdateRun,
-    apply,
 )
 from kernel.specs import AttemptStatus, LeaseStatus
-from kernel.workflow import is_workflow_command
-from runners.engine import StaleWrite, Storage, load_for
+from kernel.workflow import (
+    InsertStepRun,
+    InsertTaskAdmission,
+    InsertWorkflowAdmission,
+    UpdateStepRun,
+    WorkflowEffect,
+)
+from runners.engine import StaleWrite, Storage, WorkflowStorageTransaction
 
 #: The capability an adapter declares when `adapter.store` is the engine's storage port.
 GUARDS = "guards"
@@ -73,7 +82,7 @@ class StaleVariant:
     index: int
     effect: str
     guard: str
-    effects: tuple[Effect, ...]
+    effects: tuple[WorkflowEffect, ...]
 
     @property
     def label(self) -> str:
@@ -88,10 +97,13 @@ def _other_lease_status(status: LeaseStatus) -> LeaseStatus:
     return next(s for s in LeaseStatus if s is not status)
 
 
-def stale_variants(effect: Effect) -> Iterator[tuple[str, tuple[Effect, ...]]]:
-    """Every guard of one effect, each made stale: `(guard name, statements to execute)`.
-    The last effect of each tuple is the one the store must refuse."""
-    if isinstance(effect, UpdateRun):
+def stale_variants(
+    effect: WorkflowEffect,
+) -> Iterator[tuple[str, tuple[WorkflowEffect, ...]]]:
+    """Every guard of one effect (of either domain), each made stale: `(guard name, statements
+    to execute)`. The last effect of each tuple is the one the store must refuse."""
+    if isinstance(effect, UpdateRun | UpdateStepRun):
+        # The Run CAS (V-1) and the StepRun epoch CAS (SPEC §4.1): an older version.
         yield (
             "version",
             (dataclasses.replace(effect, expected_version=effect.expected_version - 1),),
@@ -119,7 +131,18 @@ def stale_variants(effect: Effect) -> Iterator[tuple[str, tuple[Effect, ...]]]:
         yield "lease_generation", (dataclasses.replace(effect, row=other_generation),)
         forged = dataclasses.replace(row, token_digest=_FOREIGN_DIGEST)
         yield "token_digest", (dataclasses.replace(effect, row=forged),)
-    elif isinstance(effect, InsertRun | InsertAttempt | InsertPolicy | InsertLease):
+    elif isinstance(
+        effect,
+        InsertRun
+        | InsertAttempt
+        | InsertPolicy
+        | InsertLease
+        | InsertWorkflowAdmission
+        | InsertStepRun
+        | InsertTaskAdmission,
+    ):
+        # The same row twice: its key (for a ledger entry the Attempt id, and with it the
+        # unique StepRun epoch and Event id, I-W1) must refuse the second.
         yield "duplicate", (effect, effect)
     elif isinstance(effect, AppendEvent):
         yield "duplicate", (effect, effect)
@@ -131,7 +154,7 @@ def stale_variants(effect: Effect) -> Iterator[tuple[str, tuple[Effect, ...]]]:
         yield "dedupe_key", (effect, AppendEvent(again))
 
 
-def variants_of(effects: Sequence[Effect]) -> Iterator[StaleVariant]:
+def variants_of(effects: Sequence[WorkflowEffect]) -> Iterator[StaleVariant]:
     """Every stale variant of every effect, preceded by the effects before it, as they are."""
     for index, effect in enumerate(effects):
         prefix = tuple(effects[:index])
@@ -209,20 +232,23 @@ class _Probe:
     detail: str = ""
 
 
-def _probe(store: Storage, command: Command, at: int, variant: StaleVariant) -> _Probe:
+def _probe(store: Storage, command: AnyCommand, at: int, variant: StaleVariant) -> _Probe:
     """Run one probe in a transaction that is always rolled back."""
     accepted = False
     try:
         with store.transaction() as tx:
-            outcome = apply(load_for(tx, command), command, at)
-            if not isinstance(outcome, Applied):
+            outcome = decide(tx, command, at)
+            if effects_of(outcome) is None:
                 answer = f"{outcome.kind.value} {outcome.code.value}"
                 return _Probe("problem", f"the kernel now answers {answer}")
+            # A Workflow write's effects go to the same transaction (the store persists both
+            # domains; a trace with a Workflow step needs the `workflow` capability).
+            writer = cast(WorkflowStorageTransaction, tx)
             *before, stale = variant.effects
             for effect in before:
-                tx.execute(effect)
+                writer.execute(effect)
             try:
-                tx.execute(stale)
+                writer.execute(stale)
             except StaleWrite:
                 pass
             else:
@@ -238,20 +264,22 @@ def _probe(store: Storage, command: Command, at: int, variant: StaleVariant) -> 
 
 
 def probe_write(
-    store: Storage, command: Command, at: int, project: Callable[[], Any]
+    store: Storage, command: AnyCommand, at: int, project: Callable[[], Any]
 ) -> tuple[int, dict[str, list[str]]]:
-    """Every stale variant of one write, from the store's current state. Returns the number of
-    probes and the findings by kind (`accepted`, `raised`, `problems`), one line each."""
+    """Every stale variant of one write (a Run or a Workflow command), from the store's current
+    state. Returns the number of probes and the findings by kind (`accepted`, `raised`,
+    `problems`), one line each."""
     before = project()
     with store.transaction() as tx:
-        outcome = apply(load_for(tx, command), command, at)
+        outcome = decide(tx, command, at)
     findings: dict[str, list[str]] = {"accepted": [], "raised": [], "problems": []}
-    if not isinstance(outcome, Applied):
+    effects = effects_of(outcome)
+    if effects is None:
         answer = f"{outcome.kind.value}, not applied"
         findings["problems"].append(f"{command.name}: the kernel answers {answer}")
         return 0, findings
     probes = 0
-    for variant in variants_of(outcome.effects):
+    for variant in variants_of(effects):
         probes += 1
         result = _probe(store, command, at, variant)
         where = f"{command.name} {variant.label}"
@@ -269,26 +297,25 @@ def probe_write(
     return probes, findings
 
 
-def _write_of(step: Step) -> Command | None:
+def _write_of(step: Step) -> AnyCommand | None:
     if step.command is None or step.fault is not None or step.expect.kind != "applied":
         return None
     command = decode_trace_command(step.command)
-    if isinstance(command, Rejected) or is_workflow_command(command):
-        # Guard mode probes the Run domain's effects; a Workflow step is only replayed.
-        return None
-    return cast(Command, command)
+    return None if isinstance(command, Rejected) else command
 
 
 def probe_every_write(
     make_adapter: Callable[[], ConformanceAdapter],
-    root: Path = RUN_CORPUS,
+    root: Roots = RUN_CORPUS,
     paths: Sequence[Path] | None = None,
 ) -> GuardReport:
-    """Guard mode over a corpus: the first applied occurrence of every (command, outcome code)
-    pair, named traces first, each probed in the state its own trace built."""
+    """Guard mode over a corpus (one directory, or several in order with one set of pairs
+    seen: `qlk conform` passes the run and the Workflow corpus): the first applied occurrence
+    of every (command, outcome code) pair, Run and Workflow commands alike, named traces first,
+    each probed in the state its own trace built."""
     seen: set[tuple[str, str]] = set()
     writes: list[GuardWrite] = []
-    for trace_path in trace_paths(root) if paths is None else paths:
+    for trace_path in trace_files(root) if paths is None else paths:
         trace = read_trace(trace_path)
         pending = {
             (s.command.name, s.expect.code or "")

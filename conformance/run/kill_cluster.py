@@ -3,7 +3,8 @@ RUN-06, RETRY-10).
 
 Write paths are those of `conformance.run.walk`: the first applied occurrence of every (command,
 outcome code) pair in the corpus, named traces first, each in the state its trace built on a
-`ClusterAdapter` (a schema of its own).
+`ClusterAdapter` (a schema of its own); Workflow commands (SPEC §4, one `execute_workflow`
+transaction each: WF-05, WF-19) are faulted like Run commands.
 
 Boundaries are counted on the wire, not in the store: every query the write sends to the server
 while `runners.engine.execute` runs, whatever sends it: psycopg's `BEGIN` and `COMMIT` (a
@@ -48,7 +49,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 import psycopg
@@ -58,11 +58,11 @@ from conformance.run.cluster import CAPABILITIES, ClusterAdapter
 from conformance.run.kill_edge import KillResult
 from conformance.run.projection import Projection, diff
 from conformance.run.trace import Step
-from conformance.run.walk import WritePath, every_write
+from conformance.run.walk import Roots, WritePath, every_write, run_write
 from kernel import Outcome
+from kernel.workflow import WorkflowOutcome
 from runners.cluster.named_sql import STATEMENTS
 from runners.cluster.store import ClusterStore
-from runners.engine import execute
 
 __all__ = [
     "KillResult",
@@ -204,7 +204,7 @@ def _watching(before: Callable[[Connection, str], None]) -> Iterator[None]:
             setattr(owner, name, original)
 
 
-def _outcome(outcome: Outcome) -> tuple[str, str]:
+def _outcome(outcome: Outcome | WorkflowOutcome) -> tuple[str, str]:
     return outcome.kind.value, outcome.code.value
 
 
@@ -254,7 +254,7 @@ def _killed_child(dsn: str, schema: str, path: WritePath, *, at: int, fd: int) -
 
     queries = _Queries(kill, at)
     with _watching(queries.before):
-        kind, code = _outcome(execute(store, path.command, path.observed_at_ms))
+        kind, code = _outcome(run_write(store, path))
     _report(fd, f"returned {queries.count} {kind} {code}")
     _die()
 
@@ -410,7 +410,7 @@ def _terminated_at(
             # boundary k is the same query in every run (its reconnect is no query of the write).
             pass
         with _watching(queries.before):
-            outcome = execute(store, path.command, path.observed_at_ms)
+            outcome = run_write(store, path)
     except psycopg.OperationalError as exc:
         fired = queries.fired
         if fired is None:  # it failed, but not because of this fault
@@ -472,7 +472,7 @@ def terminate_write(
 # ---------------------------------------------------------------------------- the walk ------
 
 
-def kill_every_write(root: Path, dsn: str) -> list[KillResult]:
+def kill_every_write(root: Roots, dsn: str) -> list[KillResult]:
     """Kill mode over the traces under `root`: every write path, every query boundary."""
     with psycopg.connect(dsn, autocommit=True) as monitor:
         return every_write(
@@ -484,7 +484,7 @@ def kill_every_write(root: Path, dsn: str) -> list[KillResult]:
         )
 
 
-def terminate_every_write(root: Path, dsn: str) -> list[TerminateResult]:
+def terminate_every_write(root: Roots, dsn: str) -> list[TerminateResult]:
     """Terminate mode over the traces under `root`: every write path, every query boundary."""
     with psycopg.connect(dsn, autocommit=True) as monitor:
         return every_write(

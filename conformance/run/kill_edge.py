@@ -15,6 +15,9 @@ Python cleanup, no rollback by the runner, only SQLite's own recovery on the nex
 
 Write paths are taken from the corpus by `conformance.run.walk` (named traces first): the first
 applied occurrence of every (command, outcome code) pair, each in the state its trace built. A
+Workflow command (SPEC §4) is one `execute_workflow` transaction like any other write: its
+`BEGIN IMMEDIATE`, its Workflow loads, every effect and its `COMMIT` are boundaries, and the
+projection holds the Workflow tables (WF-05: a fault at any statement leaves nothing). A
 runner that raises or diverges is reported, never a traceback: a dry run that raises is the
 path's failure, and a trace whose replay diverges reports the paths it could not reach.
 """
@@ -28,15 +31,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.run.adapter import execute_command
 from conformance.run.corpus import RUN_CORPUS
 from conformance.run.edge import CAPABILITIES, EdgeAdapter, make_edge_adapter
 from conformance.run.projection import Projection, diff
 from conformance.run.replay import apply_step
-from conformance.run.trace import Step
-from conformance.run.walk import WritePath, every_write
-from kernel import Command
+from conformance.run.trace import AnyCommand, Step
+from conformance.run.walk import Roots, WritePath, every_write
 from runners.edge.store import EdgeStore
-from runners.engine import execute
 
 __all__ = ["KillResult", "WritePath", "kill_every_write", "kill_write"]
 
@@ -66,7 +68,7 @@ def _project(path: Path) -> Projection:
         store.close()
 
 
-def _count_statements(path: Path, command: Command, at: int) -> int:
+def _count_statements(path: Path, command: AnyCommand, at: int) -> int:
     store = EdgeStore(path)
     count = 0
 
@@ -77,13 +79,13 @@ def _count_statements(path: Path, command: Command, at: int) -> int:
     try:
         with store.authority.reading() as conn:
             conn.set_trace_callback(trace)
-        execute(store, command, at)
+        execute_command(store, command, at)
     finally:
         store.close()
     return count
 
 
-def _killed_child(path: Path, command: Command, at: int, k: int, n: int) -> None:
+def _killed_child(path: Path, command: AnyCommand, at: int, k: int, n: int) -> None:
     """In the child: run the write and die by SIGKILL before statement k + 1 (or after it all)."""
     store = EdgeStore(path)
     seen = 0
@@ -96,7 +98,7 @@ def _killed_child(path: Path, command: Command, at: int, k: int, n: int) -> None
 
     with store.authority.reading() as conn:
         conn.set_trace_callback(trace)
-    execute(store, command, at)
+    execute_command(store, command, at)
     if k >= n:
         os.kill(os.getpid(), signal.SIGKILL)
     os._exit(3)  # the kill did not happen: reported as a failure by the parent
@@ -160,8 +162,10 @@ def _kill_step(adapter: EdgeAdapter, step: Step, path: WritePath, scratch: Path)
     return result
 
 
-def kill_every_write(root: Path = RUN_CORPUS) -> list[KillResult]:
-    """Kill mode over the corpus: every write path, every statement boundary."""
+def kill_every_write(root: Roots = RUN_CORPUS) -> list[KillResult]:
+    """Kill mode over the traces under `root` (one directory, or several walked in order: `qlk
+    conform` passes the run and the Workflow corpus): every write path, every statement
+    boundary."""
     scratch = Path(tempfile.mkdtemp(prefix="ql3-kill-scratch-"))
     try:
         return every_write(

@@ -23,9 +23,11 @@ one by one) leaves a state that is neither, and is reported with the boundary an
 diff. The parent then continues the trace from the after-state the last child committed.
 
 Write paths are the corpus's, walked by `conformance.run.walk` (the first applied occurrence of
-every (command, outcome code) pair, named traces first). An adapter without the port is not
-killed: `missing_port` says which part it lacks, and `qlk conform` reports kill mode as not run,
-never as passed.
+every (command, outcome code) pair, named traces first). A Workflow command (SPEC §4) is one
+`execute_workflow` transaction like any other write: an adapter that declares `kill` and
+`workflow` has its Workflow write paths killed at the same boundaries (WF-05). An adapter
+without the port is not killed: `missing_port` says which part it lacks, and `qlk conform`
+reports kill mode as not run, never as passed.
 """
 
 from __future__ import annotations
@@ -36,16 +38,16 @@ import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import cast
 
 from conformance.run.adapter import KILL, ConformanceAdapter, KillPort
 from conformance.run.corpus import RUN_CORPUS
 from conformance.run.projection import Projection, diff
 from conformance.run.trace import Step
-from conformance.run.walk import WritePath, every_write
-from kernel import Applied, Effect, Outcome, RunAggregate, apply
-from runners.engine import Storage, StorageTransaction, execute, load_for
+from conformance.run.walk import Roots, WritePath, decide, effects_of, every_write, run_write
+from kernel import Outcome, RunAggregate
+from kernel.workflow import WorkflowAggregate, WorkflowEffect, WorkflowOutcome
+from runners.engine import Storage, StorageTransaction, WorkflowStorageTransaction
 
 __all__ = ["PortKillReport", "PortKillResult", "kill_every_write", "missing_port"]
 
@@ -133,11 +135,20 @@ class _KillingTransaction:
     def load_run_of_attempt(self, attempt_id: str) -> RunAggregate | None:
         return self._inner.load_run_of_attempt(attempt_id)
 
-    def execute(self, effect: Effect) -> None:
+    # A Workflow write (SPEC §4) loads its Workflow: the store must be a `WorkflowStorage`
+    # (the trace needs the `workflow` capability, so the adapter declared it).
+    def load_workflow(self, run_id: str) -> WorkflowAggregate | None:
+        return cast(WorkflowStorageTransaction, self._inner).load_workflow(run_id)
+
+    def load_workflow_of_attempt(self, attempt_id: str) -> WorkflowAggregate | None:
+        inner = cast(WorkflowStorageTransaction, self._inner)
+        return inner.load_workflow_of_attempt(attempt_id)
+
+    def execute(self, effect: WorkflowEffect) -> None:
         if self.executed == self._at:
             _die()
         self.executed += 1
-        self._inner.execute(effect)
+        cast(WorkflowStorageTransaction, self._inner).execute(effect)
 
 
 class _KillingStorage:
@@ -157,7 +168,7 @@ class _KillingStorage:
                 _die()
 
 
-def _boundary(k: int, effects: tuple[Effect, ...]) -> str:
+def _boundary(k: int, effects: tuple[WorkflowEffect, ...]) -> str:
     m = len(effects)
     if k < m:
         return f"before effect {k + 1}/{m} ({type(effects[k]).__name__})"
@@ -172,7 +183,7 @@ def _child(
     signal.alarm(CHILD_DEADLINE_S)
     try:
         adapter = cast(KillPort, factory(pickle.loads(locator)))  # noqa: S301 - our own bytes
-        outcome = execute(_KillingStorage(adapter.store, k, m), path.command, path.observed_at_ms)
+        outcome = run_write(_KillingStorage(adapter.store, k, m), path)
         os.write(fd, f"{outcome.kind.value} {outcome.code.value}".encode())
         if k > m:
             _die()
@@ -210,20 +221,21 @@ class _Abort(Exception):
     """Raised in the parent's dry transaction so that the store rolls it back."""
 
 
-def _effects_of(store: Storage, path: WritePath) -> tuple[Effect, ...] | str:
+def _effects_of(store: Storage, path: WritePath) -> tuple[WorkflowEffect, ...] | str:
     """The effects the kernel returns for the write in the store's current state (a transaction
     that is rolled back), or why there are none."""
-    found: list[Outcome] = []
+    found: list[Outcome | WorkflowOutcome] = []
     try:
         with store.transaction() as tx:
-            found.append(apply(load_for(tx, path.command), path.command, path.observed_at_ms))
+            found.append(decide(tx, path.command, path.observed_at_ms))
             raise _Abort
     except _Abort:
         pass
     outcome = found[0]
-    if not isinstance(outcome, Applied):
+    effects = effects_of(outcome)
+    if effects is None:
         return f"the kernel answers {outcome.kind.value} {outcome.code.value}, not applied"
-    return outcome.effects
+    return effects
 
 
 def _check(state: Projection, expected: Projection) -> str | None:
@@ -268,7 +280,7 @@ def kill_write(
 
 def kill_every_write(
     factory: PortFactory,
-    root: Path = RUN_CORPUS,
+    root: Roots = RUN_CORPUS,
     *,
     fresh: Callable[[], ConformanceAdapter] | None = None,
 ) -> PortKillReport:

@@ -18,6 +18,11 @@ write should hold:
   timeout must be refused `BEGIN IMMEDIATE` (`SQLITE_BUSY`); then a connection with a generous
   busy timeout starts its own `BEGIN IMMEDIATE` and waits.
 
+A Workflow write (SPEC §4, issue 18 item 3) is probed the same way: `execute_workflow` loads
+the Workflow aggregate (on PostgreSQL the Run row `FOR UPDATE` first, then its Attempts, every
+Workflow transaction writing the Run; on SQLite inside `BEGIN IMMEDIATE`), and the contenders
+contend for its Run-side rows (the Run, its Task Attempts) while it holds them.
+
 The write then goes on; once it has returned, every waiting contender must complete (bounded by
 `RELEASE_WAIT_S`): the lock was the write's transaction's, released by its commit. The write must
 still return the step's outcome and leave the step's after-state. A write whose aggregate does
@@ -34,16 +39,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 from conformance.run import edge
 from conformance.run.corpus import RUN_CORPUS
 from conformance.run.edge import EdgeAdapter, make_edge_adapter
 from conformance.run.trace import Step
-from conformance.run.walk import WritePath, every_write
-from kernel import Effect, RunAggregate
+from conformance.run.walk import Roots, WritePath, every_write, run_write
+from kernel import RunAggregate
+from kernel.workflow import WorkflowAggregate, WorkflowEffect
 from runners.edge.named_sql import STATEMENTS as EDGE_STATEMENTS
-from runners.engine import Storage, StorageTransaction, execute
+from runners.engine import Storage, StorageTransaction, WorkflowStorageTransaction
 from runners.named_sql import load
 
 __all__ = [
@@ -128,12 +134,26 @@ class _Held:
         self._loaded = self._inner.load_run_of_attempt(attempt_id)
         return self._loaded
 
-    def execute(self, effect: Effect) -> None:
+    # A Workflow write loads its Workflow; what the contenders contend for is its Run-side
+    # rows (the store must persist Workflows: the trace needs the `workflow` capability).
+    def load_workflow(self, run_id: str) -> WorkflowAggregate | None:
+        return self._workflow(cast(WorkflowStorageTransaction, self._inner).load_workflow(run_id))
+
+    def load_workflow_of_attempt(self, attempt_id: str) -> WorkflowAggregate | None:
+        inner = cast(WorkflowStorageTransaction, self._inner)
+        return self._workflow(inner.load_workflow_of_attempt(attempt_id))
+
+    def _workflow(self, loaded: WorkflowAggregate | None) -> WorkflowAggregate | None:
+        if loaded is not None:
+            self._loaded = loaded.core
+        return loaded
+
+    def execute(self, effect: WorkflowEffect) -> None:
         if not self._held:
             self._held = True
             if self._loaded is not None:
                 self._hold(self._inner, self._loaded)
-        self._inner.execute(effect)
+        cast(WorkflowStorageTransaction, self._inner).execute(effect)
 
 
 class _Holding:
@@ -160,7 +180,7 @@ def probe_write(store: Storage, step: Step, path: WritePath, contender: Contende
         findings.extend(contender.hold(tx, aggregate))
 
     try:
-        outcome = execute(_Holding(store, hold), path.command, path.observed_at_ms)
+        outcome = run_write(_Holding(store, hold), path)
     finally:
         blocked, late = contender.finish()
     findings.extend(late)
@@ -171,7 +191,7 @@ def probe_write(store: Storage, step: Step, path: WritePath, contender: Contende
     return LockResult(path, blocked, tuple(f"{path.label}: {line}" for line in findings))
 
 
-def lock_every_write_cluster(root: Path, dsn: str) -> LockReport:
+def lock_every_write_cluster(root: Roots, dsn: str) -> LockReport:
     """The lock probe over the traces under `root` on the cluster runner
     (`conformance.run.locks_cluster`, imported here: the edge probe needs no psycopg, which the
     main job's install, `pip install -e .`, does not have)."""
@@ -245,7 +265,7 @@ class SqliteContender:
         return 1, []
 
 
-def lock_every_write_edge(root: Path = RUN_CORPUS) -> LockReport:
+def lock_every_write_edge(root: Roots = RUN_CORPUS) -> LockReport:
     """The lock probe over the traces under `root` on the edge runner."""
 
     def probe(adapter: EdgeAdapter, step: Step, path: WritePath) -> LockResult:

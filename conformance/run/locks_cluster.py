@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Final
 
 import psycopg
@@ -24,7 +23,7 @@ from conformance.run.locks import (
     probe_write,
 )
 from conformance.run.trace import Step
-from conformance.run.walk import WritePath, every_write
+from conformance.run.walk import Roots, WritePath, every_write
 from kernel import RunAggregate
 from runners.cluster.named_sql import STATEMENTS as CLUSTER_STATEMENTS
 from runners.engine import StorageTransaction
@@ -132,7 +131,7 @@ class PostgresContender:
         return len(waiting), findings
 
 
-def lock_every_write_pg(root: Path, dsn: str) -> LockReport:
+def lock_every_write_pg(root: Roots, dsn: str) -> LockReport:
     """The lock probe over the traces under `root` on the cluster runner."""
 
     def probe(adapter: ClusterAdapter, step: Step, path: WritePath) -> LockResult:

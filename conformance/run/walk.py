@@ -1,8 +1,12 @@
 """The walk of kill, terminate and lock modes: every write path of a corpus in its pre-state
-(issue 16 items 2 and 3; RUN-06, RETRY-10, B-35, D-2).
+(issue 16 items 2 and 3, issue 18 item 3; RUN-06, RETRY-10, B-35, D-2, WF-05).
 
 A write path is the first applied occurrence of a (command, outcome code) pair in the corpus,
-named traces first, each in the state its own trace built on a fresh adapter. `every_write`
+named traces first, each in the state its own trace built on a fresh adapter. Run commands and
+Workflow commands alike (SPEC §4: a Workflow command is one transaction through
+`runners.engine.execute_workflow`, `run_write` picks the entry point); a corpus may be several
+roots (the run corpus, then the Workflow corpus), walked in order with one set of pairs seen, so
+a Run command that a Workflow trace also applies is not faulted twice. `every_write`
 replays each trace that has a new path, hands every new path to `handle` in its pre-state
 (`handle` must leave the step applied, as the trace expects), and replays every other step as
 the replayer does.
@@ -17,20 +21,46 @@ the paths left unchecked. The replay reports the divergence itself; a mode repor
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar, cast
 
-from conformance.run.adapter import ConformanceAdapter
+from conformance.run.adapter import ConformanceAdapter, execute_command
 from conformance.run.corpus import read_text, read_trace, trace_paths
 from conformance.run.projection import diff
 from conformance.run.replay import apply_step, step_label
-from conformance.run.trace import Step, decode_trace_command
-from kernel import Command, Rejected
-from kernel.workflow import is_workflow_command
+from conformance.run.trace import AnyCommand, Step, decode_trace_command
+from kernel import Applied, Command, Effect, Outcome, Rejected, apply
+from kernel.workflow import (
+    WorkflowApplied,
+    WorkflowEffect,
+    WorkflowOutcome,
+    apply_workflow,
+    is_workflow_command,
+)
+from runners.engine import (
+    Storage,
+    StorageTransaction,
+    WorkflowStorageTransaction,
+    load_for,
+    load_workflow_for,
+)
 
-__all__ = ["WritePath", "every_write", "write_of"]
+__all__ = [
+    "Roots",
+    "WritePath",
+    "decide",
+    "effects_of",
+    "every_write",
+    "run_write",
+    "trace_files",
+    "write_of",
+]
+
+#: One trace directory, or several walked in order (`qlk conform`: the run corpus, then the
+#: Workflow corpus) with one set of write paths seen.
+Roots = Path | Sequence[Path]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +69,7 @@ class WritePath:
 
     trace: str
     step: int
-    command: Command
+    command: AnyCommand
     observed_at_ms: int
     code: str
 
@@ -57,13 +87,34 @@ def write_of(trace: str, step: Step) -> WritePath | None:
     if step.command is None or step.fault is not None or step.expect.kind != "applied":
         return None
     command = decode_trace_command(step.command)
-    if isinstance(command, Rejected) or is_workflow_command(command):
-        # The modes fault and probe the Run domain's effects; a Workflow step is replayed
-        # (through `apply_step`, which routes it to `execute_workflow`), never probed.
+    if isinstance(command, Rejected):
         return None
-    return WritePath(
-        trace, step.step, cast(Command, command), step.observed_at_ms, step.expect.code or ""
-    )
+    return WritePath(trace, step.step, command, step.observed_at_ms, step.expect.code or "")
+
+
+def run_write(storage: Storage, path: WritePath) -> Outcome | WorkflowOutcome:
+    """Run the write of `path` on `storage` through the engine entry point of its domain."""
+    return execute_command(storage, path.command, path.observed_at_ms)
+
+
+def decide(tx: StorageTransaction, command: AnyCommand, at: int) -> Outcome | WorkflowOutcome:
+    """The kernel's answer to `command` at `at` on what `tx` loads, as the engine asks it: the
+    Run transition on the Run aggregate, or the Workflow transition on the Workflow aggregate
+    (`tx` must then be a `WorkflowStorageTransaction`). Nothing is written."""
+    if is_workflow_command(command):
+        loaded = load_workflow_for(cast(WorkflowStorageTransaction, tx), command)
+        return apply_workflow(loaded, command, at)
+    run_command = cast(Command, command)
+    return apply(load_for(tx, run_command), run_command, at)
+
+
+def effects_of(
+    outcome: Outcome | WorkflowOutcome,
+) -> tuple[Effect | WorkflowEffect, ...] | None:
+    """The effects of an applied outcome of either domain, or None when it did not apply."""
+    if isinstance(outcome, Applied | WorkflowApplied):
+        return outcome.effects
+    return None
 
 
 A = TypeVar("A", bound=ConformanceAdapter)
@@ -114,20 +165,28 @@ def _paths(name: str, steps: Iterable[Step]) -> list[WritePath]:
     return [path for step in steps if (path := write_of(name, step)) is not None]
 
 
+def trace_files(roots: Roots) -> list[Path]:
+    """The trace files under one root or several, in order (per root: named traces first)."""
+    if isinstance(roots, Path):
+        return trace_paths(roots)
+    return [path for root in roots for path in trace_paths(root)]
+
+
 def every_write(
-    root: Path,
+    root: Roots,
     capabilities: frozenset[str],
     make_adapter: Callable[[], A],
     handle: Callable[[A, Step, WritePath], R],
     missed: Callable[[WritePath, str], R],
 ) -> list[R]:
-    """`handle` for every write path under `root` the adapter can run, then one `missed` result
-    per trace whose walk stopped before paths no other trace reached (see the module doc)."""
+    """`handle` for every write path under `root` (one directory or several, in order) the
+    adapter can run, then one `missed` result per trace whose walk stopped before paths no
+    other trace reached (see the module doc)."""
     seen: set[tuple[str, str]] = set()
     results: list[R] = []
     # key -> (the path as first met, why its trace stopped before it)
     unreached: dict[tuple[str, str], tuple[WritePath, str]] = {}
-    for trace_path in trace_paths(root):  # named traces first, then the generated ones
+    for trace_path in trace_files(root):  # per root: named traces first, then generated ones
         needs, keys = _scan(trace_path)
         if not needs <= capabilities or keys <= seen:
             continue  # not for this runner, or nothing new here: do not pay for the replay

@@ -1,5 +1,5 @@
-"""A worked third-party runner: the Run domain kept in one JSON file, behind the ports that
-`qlk conform` checks (docs/adapter-guide.md, "From nothing to a passing adapter").
+"""A worked third-party runner: the Run domain and its Workflows kept in one JSON file, behind
+the ports that `qlk conform` checks (docs/adapter-guide.md, "From nothing to a passing adapter").
 
 Copy this file into a folder of your own and run, from that folder,
 
@@ -19,10 +19,18 @@ It decides nothing (ARCHITECTURE rule 1). It uses three kernel helpers, each for
   raises `EffectConflict` when the effect's guard (version, status, lease generation, token
   digest; V-1, V-2) does not hold against the row read in this transaction: mapped to
   `StaleWrite`. Event uniqueness (`seq`, `dedupe_key`; V-3) and attempt ids unique across Runs are
-  this store's own keys, checked here.
-- `kernel.selection` answers every source (SPEC §1.8.2, §1.8.3, §1.9, §2.2, §2.3, §3.16): a
-  store without a query language hands it every aggregate and gets the oracle's own page.
+  this store's own keys, checked here. `kernel.workflow.apply_workflow_effects` does the same
+  for the Workflow rows (SPEC §4.1: the StepRun epoch CAS, one ledger entry per StepRun epoch,
+  I-W1); the keys it cannot see (step run ids, ledger attempt and event ids across Runs, a
+  Workflow's step keys and ordinals, the rows a new row refers to) are checked here.
+- `kernel.selection` answers every source (SPEC §1.8.2, §1.8.3, §1.9, §2.2, §2.3, §3.16) and
+  `kernel.workflow`'s selection functions the five Workflow sources (§4.2-§4.5): a store
+  without a query language hands them every aggregate and gets the oracle's own page.
 - `conformance.run.projection.project` builds the canonical projection from the rows as stored.
+
+It declares the `workflow` capability: a Workflow is a Run (`kind = workflow`) whose entry also
+holds its admission, StepRuns and Task admission ledger, so one Workflow transaction is still one
+new version of the file (I-W4).
 """
 
 from __future__ import annotations
@@ -45,7 +53,6 @@ from conformance.run.projection import Projection, project
 from kernel import (
     AppendEvent,
     Attempt,
-    Effect,
     EffectConflict,
     Event,
     InsertAttempt,
@@ -55,15 +62,31 @@ from kernel import (
     RunRetryPolicy,
     apply_effects,
 )
+from kernel.workflow import (
+    InsertStepRun,
+    InsertTaskAdmission,
+    InsertWorkflowAdmission,
+    StepRun,
+    TaskAdmission,
+    UpdateStepRun,
+    WorkflowAdmission,
+    WorkflowAggregate,
+    WorkflowEffect,
+    apply_workflow_effects,
+)
 from runners.engine import StaleWrite
-from runners.sources import SelectionSources
+from runners.sources import SelectionSources, WorkflowSelectionSources
 
 Row = dict[str, Any]
-#: The file's content: one entry per Run, its rows as plain JSON (enums as their values).
+#: The file's content: one entry per Run, its rows as plain JSON (enums as their values). A
+#: Workflow Run's entry also holds its `admission` (else `None`), `step_runs` and `ledger`.
 Data = dict[str, dict[str, Any]]
+Entity = (
+    Run | Attempt | RunRetryPolicy | Lease | Event | WorkflowAdmission | StepRun | TaskAdmission
+)
 
 
-def _encode(value: Run | Attempt | RunRetryPolicy | Lease | Event) -> Row:
+def _encode(value: Entity) -> Row:
     """An entity as a JSON object, field by field (enums as values, a payload as pairs)."""
     out: Row = {}
     for item in dataclasses.fields(value):
@@ -72,6 +95,8 @@ def _encode(value: Run | Attempt | RunRetryPolicy | Lease | Event) -> Row:
             field = field.value
         elif item.name == "payload":
             field = [[k, v.value if isinstance(v, enum.Enum) else v] for k, v in field]
+        elif item.name == "depends_on":
+            field = list(field)
         out[item.name] = field
     return out
 
@@ -88,7 +113,17 @@ def _enum_fields(cls: type) -> dict[str, type[enum.Enum]]:
 
 #: The enum fields of each stored entity, found once from the type hints.
 _ENUMS: dict[type, dict[str, type[enum.Enum]]] = {
-    cls: _enum_fields(cls) for cls in (Run, Attempt, RunRetryPolicy, Lease, Event)
+    cls: _enum_fields(cls)
+    for cls in (
+        Run,
+        Attempt,
+        RunRetryPolicy,
+        Lease,
+        Event,
+        WorkflowAdmission,
+        StepRun,
+        TaskAdmission,
+    )
 }
 
 T = typing.TypeVar("T")
@@ -102,6 +137,8 @@ def _decode(cls: type[T], row: Row) -> T:
             values[name] = kind(values[name])
     if "payload" in values:
         values["payload"] = tuple((k, v) for k, v in values["payload"])
+    if "depends_on" in values:
+        values["depends_on"] = tuple(values["depends_on"])
     return cls(**values)
 
 
@@ -111,6 +148,19 @@ def _aggregate(entry: dict[str, Any]) -> RunAggregate:
         attempts=tuple(_decode(Attempt, a) for a in entry["attempts"]),
         policy=None if entry["policy"] is None else _decode(RunRetryPolicy, entry["policy"]),
         leases=tuple(_decode(Lease, x) for x in entry["leases"]),
+    )
+
+
+def _workflow(entry: dict[str, Any]) -> WorkflowAggregate | None:
+    """The Workflow of a Run's entry (StepRuns in plan order, the ledger in admission order, as
+    written), or `None` when the Run has no Workflow admission."""
+    if entry["admission"] is None:
+        return None
+    return WorkflowAggregate(
+        core=_aggregate(entry),
+        admission=_decode(WorkflowAdmission, entry["admission"]),
+        step_runs=tuple(_decode(StepRun, s) for s in entry["step_runs"]),
+        ledger=tuple(_decode(TaskAdmission, e) for e in entry["ledger"]),
     )
 
 
@@ -131,8 +181,21 @@ class JsonTransaction:
                 return _aggregate(entry)
         return None
 
-    def execute(self, effect: Effect) -> None:
+    def load_workflow(self, run_id: str) -> WorkflowAggregate | None:
+        entry = self.data.get(run_id)
+        return None if entry is None else _workflow(entry)
+
+    def load_workflow_of_attempt(self, attempt_id: str) -> WorkflowAggregate | None:
+        owner = self.load_run_of_attempt(attempt_id)
+        return None if owner is None else self.load_workflow(owner.run.run_id)
+
+    def execute(self, effect: WorkflowEffect) -> None:
         """Persist one effect, or raise `StaleWrite` when its guard or a key does not hold."""
+        if isinstance(
+            effect, InsertWorkflowAdmission | InsertStepRun | UpdateStepRun | InsertTaskAdmission
+        ):
+            self._execute_workflow(effect)
+            return
         if isinstance(effect, AppendEvent):
             event = effect.event
             entry = self.data.get(event.run_id)
@@ -154,18 +217,65 @@ class JsonTransaction:
             after = apply_effects(before, (effect,))
         except EffectConflict as exc:  # the guard did not hold: zero rows, never a success
             raise StaleWrite(str(exc)) from None
+        new: dict[str, Any] = {"events": [], "admission": None, "step_runs": [], "ledger": []}
         self.data[run_id] = {
+            **(new if entry is None else entry),  # its Events and Workflow rows, unchanged
             "run": _encode(after.run),
             "attempts": [_encode(a) for a in after.attempts],
             "policy": None if after.policy is None else _encode(after.policy),
             "leases": [_encode(x) for x in after.leases],
-            "events": [] if entry is None else entry["events"],
         }
 
+    def _execute_workflow(
+        self, effect: InsertWorkflowAdmission | InsertStepRun | UpdateStepRun | InsertTaskAdmission
+    ) -> None:
+        """Persist one Workflow row (SPEC §4.1) as the SQL runners' keys and guards would."""
+        row = effect.row
+        entry = self.data.get(row.run_id)
+        if entry is None:  # every Workflow row refers to its Run
+            raise StaleWrite(f"workflow row for a missing run {row.run_id}")
+        if isinstance(effect, InsertWorkflowAdmission):  # one admission per Run (its key)
+            if entry["admission"] is not None:
+                raise StaleWrite(f"workflow admission {row.run_id} exists")
+            entry["admission"] = _encode(effect.row)
+            return
+        before = _workflow(entry)
+        if before is None:  # a StepRun or a ledger entry refers to the Workflow's admission
+            raise StaleWrite(f"run {row.run_id} has no workflow admission")
+        if isinstance(effect, InsertStepRun):
+            step = effect.row
+            if any(  # step run ids are keys across all Workflows
+                s["step_run_id"] == step.step_run_id
+                for other in self.data.values()
+                for s in other["step_runs"]
+            ) or any(  # unique (run_id, step_key) and (run_id, ordinal)
+                s.step_key == step.step_key or s.ordinal == step.ordinal for s in before.step_runs
+            ):
+                raise StaleWrite(f"step run {step.step_run_id}, its key or its ordinal exists")
+        if isinstance(effect, InsertTaskAdmission):
+            admitted = effect.row
+            if any(  # attempt ids and event ids are keys of the whole ledger
+                e["attempt_id"] == admitted.attempt_id or e["event_id"] == admitted.event_id
+                for other in self.data.values()
+                for e in other["ledger"]
+            ):
+                raise StaleWrite(f"task admission {admitted.attempt_id} or its event id exists")
+            if (  # it refers to a StepRun and an Attempt of this Workflow
+                before.step_run(admitted.step_run_id) is None
+                or before.attempt(admitted.attempt_id) is None
+            ):
+                raise StaleWrite("task admission of a missing step run or attempt")
+        try:  # the epoch CAS and one ledger entry per StepRun epoch (I-W1)
+            after = apply_workflow_effects(before, (effect,))
+        except EffectConflict as exc:
+            raise StaleWrite(str(exc)) from None
+        entry["step_runs"] = [_encode(s) for s in after.step_runs]
+        entry["ledger"] = [_encode(e) for e in after.ledger]
 
-class JsonStore(SelectionSources):
-    """The storage port (`runners.engine.Storage`), the sources (`runners.sources.Sources`)
-    and the projection over one JSON file."""
+
+class JsonStore(SelectionSources, WorkflowSelectionSources):
+    """The storage port (`runners.engine.Storage`, and `WorkflowStorage`), the sources
+    (`runners.sources.Sources` and the Workflow sources) and the projection over one JSON file."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -201,6 +311,11 @@ class JsonStore(SelectionSources):
     def aggregates(self) -> list[RunAggregate]:
         return [_aggregate(entry) for entry in self._read().values()]
 
+    # -- the Workflow sources: `kernel.workflow`'s oracle over every stored Workflow ------------
+    def workflows(self) -> list[WorkflowAggregate]:
+        found = (_workflow(entry) for entry in self._read().values())
+        return [wf for wf in found if wf is not None]
+
     # -- the projection: read from the file itself, not through the kernel --------------------
     def project(self) -> Projection:
         data = self._read()
@@ -208,14 +323,16 @@ class JsonStore(SelectionSources):
         events = {
             run_id: [_decode(Event, e) for e in entry["events"]] for run_id, entry in data.items()
         }
-        return project(aggregates, events)
+        workflows = [wf for wf in map(_workflow, data.values()) if wf is not None]
+        return project(aggregates, events, workflows)
 
 
 class JsonAdapter(StoreAdapter):
     """The conformance adapter: commands, faults and pages through the suite's shared step
     semantics (`StoreAdapter`), the store above, and the two optional ports: `guards` (guard
     mode probes `store`) and `kill` (kill mode re-creates the adapter from `locator()` in a
-    child process on the same file)."""
+    child process on the same file). `workflow`: the store persists Workflows and answers the
+    Workflow sources, so the Workflow traces are replayed rather than reported not applicable."""
 
     name = "jsonstore"
     capabilities = frozenset(
@@ -229,6 +346,7 @@ class JsonAdapter(StoreAdapter):
             "lost_retry_cluster",
             "guards",
             "kill",
+            "workflow",
         }
     )
 

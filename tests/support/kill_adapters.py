@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from examples.adapter.jsonstore import Data, JsonAdapter, JsonStore, JsonTransaction, make_adapter
-from kernel import Effect
+from kernel.workflow import WorkflowEffect
 
 
 class _EagerTransaction(JsonTransaction):
@@ -19,7 +19,7 @@ class _EagerTransaction(JsonTransaction):
         super().__init__(data)
         self._store = store
 
-    def execute(self, effect: Effect) -> None:
+    def execute(self, effect: WorkflowEffect) -> None:
         super().execute(effect)
         self._store._write(self.data)  # the planted bug: persisted outside one transaction
 
