@@ -213,6 +213,7 @@ def test_the_store_and_adapter_implement_the_ports(tmp_path: Path) -> None:
             "local_recovery",
             "lost_retry_local",
             "guards",
+            "workflow",  # the Workflow traces (SPEC §4, issue 18)
         }
     finally:
         adapter.close()
