@@ -9,9 +9,8 @@ Task Attempt id (decision WF-3); never under a cancellation intent.
 
 from __future__ import annotations
 
-from kernel.commands import LocalReceipt
+from kernel.commands import CompleteLocal
 from kernel.entities import Attempt
-from kernel.identity import digests_equal
 from kernel.outcomes import Raced, Rejected, Replayed
 from kernel.specs.codes import Code
 from kernel.specs.states import (
@@ -22,6 +21,7 @@ from kernel.specs.states import (
     CompletionOutcome,
 )
 from kernel.specs.workflow import StepRunStatus
+from kernel.transitions.run_local import receipt_authenticated
 from kernel.workflow.commands import (
     CompleteTask,
     FailTaskStart,
@@ -223,19 +223,6 @@ def fail_task_start(
     return tx.commit_workflow(Code.APPLIED)
 
 
-def receipt_matches(attempt: Attempt, receipt: LocalReceipt) -> bool:
-    """L3 authentication for a Task Attempt: ids, callback sequence, constant-time digest, and
-    the recorded handle start time (§4.7: a receipt carries the same handle fact)."""
-    return (
-        attempt.callback_token_sha256 is not None
-        and receipt.run_id == attempt.run_id
-        and receipt.attempt_id == attempt.attempt_id
-        and receipt.callback_sequence == attempt.callback_sequence
-        and digests_equal(receipt.token_sha256, attempt.callback_token_sha256)
-        and (attempt.started_at_ms is None or attempt.started_at_ms == receipt.started_at_ms)
-    )
-
-
 @workflow_transition
 def complete_task(
     aggregate: WorkflowAggregate | None, command: CompleteTask, observed_at_ms: int
@@ -249,7 +236,10 @@ def complete_task(
         return found
     wf, attempt, step = found
     receipt = command.receipt
-    if not receipt_matches(attempt, receipt):
+    # L3's own authentication (ids, callback sequence, constant-time digest, handle fact).
+    if not receipt_authenticated(
+        attempt, CompleteLocal(command.run_id, command.attempt_id, receipt)
+    ):
         return Rejected(Code.RECEIPT_UNAUTHENTICATED)
     if attempt.status in FINAL_ATTEMPT_STATUSES:
         return Replayed(Code.ALREADY_TERMINAL)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kernel.entities import Attempt
 from kernel.specs.codes import Code
-from kernel.specs.states import FINAL_ATTEMPT_STATUSES, AttemptStatus, RunStatus
+from kernel.specs.states import AttemptStatus, RunStatus
 from kernel.specs.workflow import StepRunStatus
 from kernel.workflow.entities import StepRun, WorkflowAggregate
 
@@ -95,10 +95,6 @@ def started_attempts(wf: WorkflowAggregate) -> tuple[Attempt, ...]:
     """The live Task Attempts past the start barrier: their processes must be stopped exactly
     before a convergence (§4.4, §4.8)."""
     return tuple(a for a in wf.attempts if a.status in _STARTED)
-
-
-def live_attempts(wf: WorkflowAggregate) -> tuple[Attempt, ...]:
-    return tuple(a for a in wf.attempts if a.status not in FINAL_ATTEMPT_STATUSES)
 
 
 def needs_convergence(wf: WorkflowAggregate) -> bool:
