@@ -199,8 +199,11 @@ def watched_after_startup(outcome: Coded) -> bool:
     return outcome.code in _WATCHED_AFTER_STARTUP
 
 
-def local_idle(run_counts: Mapping[RunStatus, int], due_schedules: int, watched: int) -> bool:
+def local_idle(
+    run_counts: Mapping[RunStatus, int], due_schedules: int, watched: int, due_actions: int = 0
+) -> bool:
     """Issue 15 item 4 (`--until-idle`): no Run in a non-terminal status (queued, dispatching,
-    running, lost, retry_wait, created), no schedule due, and no process the launcher watches."""
+    running, lost, retry_wait, created), no schedule due, no process the launcher watches, and
+    (issue 19) no approved action due for dispatch or recovery."""
     unsettled = sum(count for status, count in run_counts.items() if not status.terminal)
-    return unsettled == 0 and due_schedules == 0 and watched == 0
+    return unsettled == 0 and due_schedules == 0 and watched == 0 and due_actions == 0

@@ -49,6 +49,7 @@ CHECKLIST_HEADINGS: Final = (
     "### 2.6 Checklist",
     "### 3.18 Checklist",
     "### 4.10 Checklist",
+    "### 5.6 Checklist",
     "### 6.5 Checklist",
 )
 APPENDIX_D_HEADING: Final = "## Appendix D."

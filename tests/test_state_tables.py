@@ -20,6 +20,10 @@ row, adding one, or patching the code's guard each fail it; `docs/decisions.md` 
   with the arguments each reachable state offers, depth 7, a clock step on and one back), plus
   the Run statuses a Workflow never holds, tried on stored data. StepRun and Task Attempt count
   only the rows a command changes; see `_step_run_walk` for what a refusal means there.
+- Approved action (issue 19, decision AA-D1): a breadth-first exploration of `apply_action`
+  from no action: every approval-domain command in every reachable state, each state also tried
+  with the Run evidence a store may hold under the action's Run id (none, its own Run, another
+  Run), one millisecond per step.
 - Journal record: `journal_step` on a record in each state (each reached through `journal_step`
   from a delivery), with one valid event per trigger, and on no record.
 - Journal ownership: the real `JournalOwnership` on a temporary directory (a fixed clock, no
@@ -36,6 +40,7 @@ Deterministic: no Hypothesis, no sleeps, no threads.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import threading
@@ -58,9 +63,24 @@ from kernel import (
     check_invariants,
     decide_session,
 )
+from kernel.approved_action import (
+    ACTION_COMMAND_TYPES,
+    ActionAggregate,
+    ActionApplied,
+    ActionCommand,
+    ApproveAction,
+    ClaimAction,
+    DenyAction,
+    RequestApproval,
+    ResolveAction,
+    StartAction,
+    apply_action,
+    approval_id,
+)
 from kernel.commands import COMMAND_TYPES
 from kernel.entities import Attempt
 from kernel.outcomes import Raced, Rejected, Replayed
+from kernel.specs.approved_action import ACTION_TABLE, ActionCommandName
 from kernel.specs.budgets import Paging
 from kernel.specs.cadence import (
     CADENCE_TABLE,
@@ -939,6 +959,75 @@ def _cadence_walk() -> Walk:
     return walk
 
 
+# -- approved action: apply_action, explored -------------------------------------------------------
+_ACTION_ADMISSION = AdmitRun(
+    run_id="run-" + "a" * 32,
+    attempt_id="att-" + "a" * 32,
+    project_id="local",
+    task_id="t",
+    task_revision=1,
+    executor_type="local.posix",
+)
+
+
+def _action_evidence(agg: ActionAggregate) -> list[ActionAggregate]:
+    """The aggregate as loaded, and, when no Run is under the action's Run id, the same action
+    with the Run a store could also hold there: its own (admitted by another path) or another
+    task's Run under that id. Built with the Run kernel (`admit_run`), never by hand."""
+    if agg.run is not None:
+        return [agg]
+    out = [agg]
+    for task_id in ("t", "another-task"):
+        run = admit_run(None, dataclasses.replace(_ACTION_ADMISSION, task_id=task_id), START_MS)
+        assert isinstance(run, Applied)
+        out.append(dataclasses.replace(agg, run=run.aggregate))
+    return out
+
+
+def _action_walk() -> Walk:
+    """Every approval-domain command on every reachable action (and on none), each state with
+    each Run evidence of `_action_evidence`; an applied outcome is an edge `status before ->
+    status after`, any other outcome (which writes nothing, §0.3) refuses the pair. Every command
+    names the one action, so every refusal is addressed. States are told apart by status and
+    which Run is under the id, so the exploration ends (at most 7 x 3 states)."""
+    walk = Walk(addressed=set())
+    key = approval_id(_ACTION_ADMISSION.run_id)
+    commands: list[ActionCommand] = [
+        RequestApproval(key, _ACTION_ADMISSION, "ann"),
+        ApproveAction(key, "bob"),
+        DenyAction(key, "bob"),
+        ClaimAction(key),
+        StartAction(key),
+        ResolveAction(key),
+    ]
+    assert {type(c) for c in commands} == set(ACTION_COMMAND_TYPES)
+
+    def signature(agg: ActionAggregate) -> tuple[Any, ...]:
+        run = None if agg.run is None else agg.run.run.task_id
+        return (agg.action.status, run)
+
+    frontier: list[ActionAggregate | None] = [None]
+    seen: set[tuple[Any, ...]] = set()
+    while frontier:
+        loaded = frontier.pop(0)
+        for before in [None] if loaded is None else _action_evidence(loaded):
+            now = START_MS if before is None else before.action.updated_at_ms + 1
+            source = None if before is None else before.action.status
+            for command in commands:
+                trigger = ActionCommandName(command.name)
+                outcome = apply_action(before, command, now)
+                if not isinstance(outcome, ActionApplied):
+                    assert _nothing_written(outcome), outcome
+                    walk.refuse(source, trigger, named=True)
+                    continue
+                walk.took(source, trigger, outcome.action.status)
+                after = ActionAggregate(outcome.action, outcome.run)
+                if signature(after) not in seen:
+                    seen.add(signature(after))
+                    frontier.append(after)
+    return walk
+
+
 # -- the walk --------------------------------------------------------------------------------------
 WALKED: list[Any] = [
     # The Run-side walks share the breadth-first exploration of the kernel (about 12 s).
@@ -954,6 +1043,8 @@ WALKED: list[Any] = [
     pytest.param(WORKFLOW_RUN_TABLE, marks=pytest.mark.spec("RUN-05"), id="workflow_run"),
     pytest.param(STEP_RUN_TABLE, marks=pytest.mark.spec("RUN-05"), id="step_run"),
     pytest.param(TASK_ATTEMPT_TABLE, marks=pytest.mark.spec("RUN-05", "WF-04"), id="task_attempt"),
+    # The approval domain (issue 19): its own small exploration (milliseconds).
+    pytest.param(ACTION_TABLE, marks=pytest.mark.spec("RUN-05"), id="approved_action"),
 ]
 
 
@@ -968,6 +1059,8 @@ def _walk(table: AnyTable, request: pytest.FixtureRequest, base: Path) -> Walk:
         return _cadence_walk()
     if table is SESSION_TABLE:
         return _session_walk()
+    if table is ACTION_TABLE:
+        return _action_walk()
     workflow_walkers = (
         (WORKFLOW_RUN_TABLE, _workflow_run_walk),
         (STEP_RUN_TABLE, _step_run_walk),
@@ -1002,15 +1095,17 @@ def test_the_real_code_takes_every_edge_and_refuses_every_missing_pair(
 
 
 def test_every_table_is_walked_and_the_triggers_are_the_real_ones() -> None:
-    """The walk covers every table the diagrams draw, and the Run side's and the Workflow's
-    triggers are exactly the commands `apply` and `apply_workflow` dispatch (so no command
-    escapes the tables)."""
+    """The walk covers every table the diagrams draw, and the Run side's, the Workflow's and the
+    approval domain's triggers are exactly the commands `apply`, `apply_workflow` and
+    `apply_action` dispatch (so no command escapes the tables)."""
     walked = [param.values[0] for param in WALKED]
     assert [id(t) for t in walked] == [id(t) for _title, t, _module in DIAGRAMS]
     assert {c.name for c in COMMAND_TYPES} == set(CommandName)
     workflow_types: tuple[type[WorkflowCommand], ...] = WORKFLOW_COMMAND_TYPES
     assert {c.name for c in workflow_types} == set(WorkflowCommandName)
     assert len(WORKFLOW_COMMAND_TYPES) == len(WorkflowCommandName)
+    assert {c.name for c in ACTION_COMMAND_TYPES} == set(ActionCommandName)
+    assert len(ACTION_COMMAND_TYPES) == len(ActionCommandName)
 
 
 # -- the exploration's other uses -----------------------------------------------------------------

@@ -182,3 +182,20 @@ class Code(enum.StrEnum):
     PAGE_LIMIT = "page_limit"
     COMPLETE = "complete"
     PROFILE_NOT_SUPPORTED = "PROFILE_NOT_SUPPORTED"
+    # -- The approval domain behind the Approved Action ports (issue 19, decision AA-D1) ---
+    ACTION_NOT_FOUND = "ACTION_NOT_FOUND"
+    ACTION_ID_CONFLICT = "ACTION_ID_CONFLICT"  # a request whose id holds another request
+    ACTION_NOT_PENDING = "ACTION_NOT_PENDING"  # approve/deny after the decision
+    ACTION_NOT_APPROVED = "ACTION_NOT_APPROVED"  # claim of an action not approved
+    ACTION_NOT_STARTING = "ACTION_NOT_STARTING"  # start/resolve of an action not behind the barrier
+    ACTION_RUN_MISMATCH = "ACTION_RUN_MISMATCH"  # the Run under the action's id is another Run
+    START_INTERRUPTED = "START_INTERRUPTED"  # the barrier was written, the Run never admitted
+    TASK_APPROVAL_UNSUPPORTED = "TASK_APPROVAL_UNSUPPORTED"  # approval with --cron (AA-D4)
+    REQUESTED = "requested"
+    APPROVED = "approved"
+    DENIED = "denied"
+    CLAIMED = "claimed"
+    STARTED = "started"
+    VERIFIED_STARTED = "verified_started"
+    VERIFIED_NOT_STARTED = "verified_not_started"
+    EVIDENCE_CONTRADICTED = "evidence_contradicted"  # an action left for a person (AA-D2)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from kernel.specs.approved_action import ACTION_TABLE
 from kernel.specs.cadence import CADENCE_TABLE
 from kernel.specs.inbox_lifecycle import INBOX_TABLE
 from kernel.specs.journal import JOURNAL_TABLE, TRIGGER_REASONS
@@ -19,7 +20,8 @@ from kernel.specs.worker_session import SESSION_TABLE
 from kernel.specs.workflow import STEP_RUN_TABLE, TASK_ATTEMPT_TABLE, WORKFLOW_RUN_TABLE
 
 #: Every machine's table with the module that holds it and what its heading says, in the order
-#: of the document (the Run side, the Worker side, the lifecycles, then the Workflow side).
+#: of the document (the Run side, the Worker side, the lifecycles, the Workflow side, then
+#: the approval domain).
 DIAGRAMS: Final[tuple[tuple[str, Table[Any, Any], str], ...]] = (
     ("Run", RUN_TABLE, "kernel/specs/tables.py"),
     ("Attempt (the latest Attempt a command addresses)", ATTEMPT_TABLE, "kernel/specs/tables.py"),
@@ -47,6 +49,11 @@ DIAGRAMS: Final[tuple[tuple[str, Table[Any, Any], str], ...]] = (
         "Task Attempt (SPEC §4.3-§4.5; the Task Attempts a command changes)",
         TASK_ATTEMPT_TABLE,
         "kernel/specs/workflow.py",
+    ),
+    (
+        "Approved action (SPEC §5.1's approval domain; issue 19, decision AA-D1)",
+        ACTION_TABLE,
+        "kernel/specs/approved_action.py",
     ),
 )
 

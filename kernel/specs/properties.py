@@ -1,7 +1,8 @@
 """The property registry: every SPEC checklist id this project must test, with its owning issue.
 
 Covers SPEC §1.12 (RUN, LEASE, RETRY), §2.6 (REC), §4.10 (WF-01..WF-18, registered for the
-Workflow issue), §6.5 (CAD), the Appendix D additions (D-1 CAD-15,
+Workflow issue), §5.6 (AA-01..AA-15, the Approved Action issue), §6.5 (CAD), the Appendix D
+additions (D-1 CAD-15,
 D-16 CAD-16..18, RETRY-19..21, INBOX-43, INBOX-44, WF-19), the Appendix E decisions that ask for
 a CONF trace (E-1; source "Appendix E": the appendix gives no bracketed source) and the redaction
 rule S-1 of §0.4.
@@ -18,7 +19,7 @@ CAD-17, RETRY-19, S-1); 4 = edge runner and conformance (pure CONF items of §1.
 5 = cluster runner (REC-01, REC-02, REC-06, REC-13, RETRY-20, CAD-06, CAD-07, CAD-18; and E-1,
 whose CONF trace runs on both runners); 6 = worker inbox (INBOX-*, CAD-15: receipts live there);
 7 = lifecycles (the remaining CAD items, RETRY-21: the local dispatcher is assembled by the
-dispatch phase); 8 = workflow (WF-19).
+dispatch phase); 8 = workflow (WF-19); 9 = Approved Actions (AA-01..AA-15, §5.6).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Final
 __all__ = ["CURRENT_ISSUE", "KINDS", "PROPERTIES", "Property", "required_ids"]
 
 #: The issue being delivered now; `required_ids(CURRENT_ISSUE)` must all have passing tests.
-CURRENT_ISSUE: Final = 8
+CURRENT_ISSUE: Final = 9
 
 #: The test kinds of SPEC §0.2.
 KINDS: Final = frozenset({"PBT", "CONF", "LIFE"})
@@ -455,6 +456,49 @@ _ALL: Final = (
     _p("WF-19", "CONF", "ADR-0229 §7", 8,
        "On PostgreSQL, Task Attempt admission is atomic and its exact replay returns the "
        "existing entry."),
+    # -- §5.6 Approved Action supervisor and lifecycle (issue 19) ---------------------------
+    _p("AA-01", "LIFE", "ADR-0036 §1", 9,
+       "In every cycle the recovery phase runs before the dispatch phase; when recovery "
+       "listing or reading fails, the dispatcher is called 0 times."),
+    _p("AA-02", "LIFE", "ADR-0036 §1", 9,
+       "The two phases never overlap in time."),
+    _p("AA-03", "PBT", "ADR-0036 §2", 9,
+       "Page size outside 1..64 or max pages outside 1..64 is rejected at construction."),
+    _p("AA-04", "PBT", "ADR-0036 §2", 9,
+       "A truncated page with a strictly advancing cursor leads to the next page; a missing "
+       "or non-advancing cursor stops the phase with `cursor_stalled` and `remaining = "
+       "true`."),
+    _p("AA-05", "LIFE", "ADR-0036 §2", 9,
+       "Reaching max pages stops with `page_limit` and the next cursor; the next cycle "
+       "resumes from it; a complete cycle clears the resume cursor."),
+    _p("AA-06", "LIFE", "ADR-0036 §2", 9,
+       "A failed cycle leaves the resume cursors unchanged, and the next cycle starts from "
+       "the same boundary."),
+    _p("AA-07", "PBT", "ADR-0036 §2", 9,
+       "Phase summaries contain only the fixed numeric fields, `stop_reason` and "
+       "`remaining`; no lists, text or evidence."),
+    _p("AA-08", "PBT", "ADR-0036 §3", 9,
+       "The edge and standalone policies equal the table in §5.4 and differ from each other; "
+       "a returned policy is a deep copy."),
+    _p("AA-09", "PBT", "ADR-0036 §5", 9,
+       "Requesting the policy for `cluster` or `worker` fails before any configuration is "
+       "read."),
+    _p("AA-10", "LIFE", "ADR-0036 §4", 9,
+       "After construction no timer exists; repeated `start()` schedules one timer."),
+    _p("AA-11", "LIFE", "ADR-0036 §4", 9,
+       "A cycle slower than the interval is never overlapped; the next timer is created only "
+       "after settlement and does not keep the process alive."),
+    _p("AA-12", "LIFE", "ADR-0036 §4", 9,
+       "`stop()` cancels a pending timer immediately and returns within the stop timeout "
+       "even when the in-flight cycle hangs."),
+    _p("AA-13", "LIFE", "ADR-0036 §4", 9,
+       "A metrics or diagnostic callback that raises does not fail the cycle and does not "
+       "cause an immediate re-run."),
+    _p("AA-14", "PBT", "ADR-0036 §4", 9,
+       "Intervals below 250 ms or above 24 h and stop timeouts above 60 s are rejected."),
+    _p("AA-15", "CONF", "ADR-0036 §6", 9,
+       "Importing the application modules and building the default application does not "
+       "construct or start the Approved Action lifecycle."),
     _p("RETRY-19", "PBT", "ADR-0380 §4", 2,
        "Lost-retry Events use actor reconciler; nothing is typed as manual recovery."),
     _p("RETRY-20", "CONF", "ADR-0232 §3", 5,

@@ -29,6 +29,7 @@ from kernel.task.catalog import (
     TaskUnchanged,
     admit_command,
     remove_task,
+    request_submission,
     revise_task,
     submission,
 )
@@ -60,6 +61,7 @@ from kernel.task.definition import (
     define_task,
     normalize_cron,
     policy_document,
+    task_profile_refusal,
 )
 from kernel.task.fire_ids import (
     FIRE_ATTEMPT_PREFIX,
@@ -138,10 +140,12 @@ __all__ = [
     "policy_document",
     "refreshed_schedule",
     "remove_task",
+    "request_submission",
     "resolve_fire",
     "resolved_schedule",
     "revise_task",
     "schedule_after_removal",
     "schedule_after_revision",
     "submission",
+    "task_profile_refusal",
 ]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernel.approved_action.commands import RequestApproval, approval_id
 from kernel.commands import AdmitRun
 from kernel.specs.codes import Code
 from kernel.specs.states import Actor
@@ -45,6 +46,7 @@ __all__ = [
     "TaskUnchanged",
     "admit_command",
     "remove_task",
+    "request_submission",
     "revise_task",
     "submission",
 ]
@@ -138,6 +140,25 @@ def admit_command(revision: TaskRevision, run_id: str, attempt_id: str, actor: A
         provider_policy=revision.retry_policy,
         actor=actor,
     )
+
+
+def request_submission(
+    existing: TaskState | None,
+    run_id: str,
+    attempt_id: str,
+    *,
+    requested_by: str,
+) -> AdmitRun | RequestApproval | TaskRefused:
+    """A manual submission of the current revision (TK-8; issue 19): the `AdmitRun` of
+    `submission`, or, when the revision requires approval, the `RequestApproval` (action
+    `approval_id(run_id)`, asked by `requested_by`) that will make exactly that admission once a
+    person approves it."""
+    admit = submission(existing, run_id, attempt_id)
+    if isinstance(admit, TaskRefused) or existing is None:
+        return admit
+    if not existing.current.definition.requires_approval:
+        return admit
+    return RequestApproval(approval_id(run_id), admit, requested_by)
 
 
 def submission(existing: TaskState | None, run_id: str, attempt_id: str) -> AdmitRun | TaskRefused:

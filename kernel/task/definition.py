@@ -39,6 +39,7 @@ from typing import Final
 from kernel.commands import PolicyDefinition
 from kernel.identity import IdentityError, canonical_json
 from kernel.specs.codes import Code
+from kernel.specs.states import Profile
 from kernel.transitions.retry_policy import admission_policy_code
 
 __all__ = [
@@ -69,6 +70,7 @@ __all__ = [
     "define_task",
     "normalize_cron",
     "policy_document",
+    "task_profile_refusal",
 ]
 
 #: The executor type of every Run a local task admits (the local POSIX executor; TK-4).
@@ -274,6 +276,14 @@ def _refusal(d: TaskDefinition) -> TaskRefused | None:
             return TaskRefused(Code.INVALID_RUN_RETRY_POLICY, "retry_policy")
         if d.name != _adhoc_name(d.argv, d.cwd, d.env, d.deadline_ms):
             return TaskRefused(Code.TASK_NAME_INVALID, "name")
+        if d.requires_approval:
+            return TaskRefused(Code.TASK_APPROVAL_UNSUPPORTED, "requires_approval")
+    requires: object = d.requires_approval  # typed, but a caller may pass anything
+    if type(requires) is not bool:
+        return TaskRefused(Code.TASK_APPROVAL_UNSUPPORTED, "requires_approval")
+    if d.requires_approval and d.cron is not None:
+        # [decision AA-D4] A scheduled fire has no person to ask: approval is for submissions.
+        return TaskRefused(Code.TASK_APPROVAL_UNSUPPORTED, "requires_approval")
     return None
 
 
@@ -294,6 +304,8 @@ class TaskDefinition:
     deadline_ms: int | None = None
     retry_policy: PolicyDefinition | None = None
     origin: TaskOrigin = TaskOrigin.USER
+    # Issue 19: a submission becomes an approval request a person approves or denies.
+    requires_approval: bool = False
 
     def __post_init__(self) -> None:
         refused = _refusal(self)
@@ -321,6 +333,8 @@ class TaskDefinition:
             "cron": self.cron,
             "deadline_ms": self.deadline_ms,
             "retry_policy": policy_document(self.retry_policy),
+            # Only when set, so the digest of every definition written before it is unchanged.
+            **({"requires_approval": True} if self.requires_approval else {}),
         }
 
     @property
@@ -377,6 +391,7 @@ def _build(
     deadline_ms: object,
     retry_policy: object,
     origin: TaskOrigin,
+    requires_approval: object = False,
 ) -> TaskDefinition | TaskRefused:
     argv_t = _argv_tuple(argv)
     if isinstance(argv_t, TaskRefused):
@@ -399,9 +414,20 @@ def _build(
             deadline_ms=deadline_ms,  # type: ignore[arg-type]
             retry_policy=retry_policy,  # type: ignore[arg-type]
             origin=origin,
+            requires_approval=requires_approval,  # type: ignore[arg-type]
         )
     except TaskDefinitionError as refused:
         return TaskRefused(refused.code, refused.field)
+
+
+def task_profile_refusal(definition: TaskDefinition, profile: Profile) -> TaskRefused | None:
+    """Whether `profile` can hold `definition`: a task that requires approval needs the
+    Approved Action lifecycle, which only `edge` and `standalone` have (SPEC §5.4); the
+    cluster profile refuses it with `PROFILE_NOT_SUPPORTED` before anything is written."""
+    local = profile in (Profile.EDGE, Profile.STANDALONE)
+    if definition.requires_approval and not local:
+        return TaskRefused(Code.PROFILE_NOT_SUPPORTED, "requires_approval")
+    return None
 
 
 def define_task(
@@ -413,6 +439,7 @@ def define_task(
     cron: object = None,
     deadline_ms: object = None,
     retry_policy: object = None,
+    requires_approval: object = False,
 ) -> TaskDefinition | TaskRefused:
     """Validate what a user typed into a `TaskDefinition`, or refuse it (TK-1..TK-3).
 
@@ -433,6 +460,7 @@ def define_task(
         deadline_ms=deadline_ms,
         retry_policy=retry_policy,
         origin=TaskOrigin.USER,
+        requires_approval=requires_approval,
     )
 
 

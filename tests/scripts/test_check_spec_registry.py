@@ -47,6 +47,9 @@ Run and Events
 ### 4.10 Checklist
 - WF-01 [ADR-0229 §1; LIFE] The Workflow cycle.
 
+### 5.6 Checklist
+- AA-01 [ADR-0036 §1; LIFE] The Approved Action cycle.
+
 ### 6.5 Checklist
 - CAD-01 [§6.1; LIFE] The cadence.
 
@@ -69,6 +72,7 @@ EXPECTED = {
     "REC-01": SpecItem("REC-01", "ADR-0380 §2", frozenset({"CONF"})),
     "INBOX-01": SpecItem("INBOX-01", "ADR-0021", frozenset({"PBT", "LIFE"})),
     "WF-01": SpecItem("WF-01", "ADR-0229 §1", frozenset({"LIFE"})),
+    "AA-01": SpecItem("AA-01", "ADR-0036 §1", frozenset({"LIFE"})),
     "CAD-01": SpecItem("CAD-01", "§6.1", frozenset({"LIFE"})),
     "CAD-15": SpecItem("CAD-15", "ADR-0380 §3", frozenset({"CONF"})),
     "E-1": SpecItem("E-1", "Appendix E", frozenset({"CONF"})),
@@ -154,8 +158,8 @@ def _spec_of_the_registry() -> str:
 def test_main_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = tmp_path / "SPEC.md"
     spec.write_text(_spec_of_the_registry().replace("- X-1 [a; PBT] keeps", "keeps"), "utf-8")
-    assert main([str(spec)]) == 1  # four sections now list nothing
-    assert capsys.readouterr().out.count("lists no checklist item") == 4
+    assert main([str(spec)]) == 1  # five sections now list nothing
+    assert capsys.readouterr().out.count("lists no checklist item") == 5
     spec.write_text(_spec_of_the_registry(), "utf-8")
     assert main([str(spec)]) == 1
     assert capsys.readouterr().out.splitlines() == [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernel.specs.approved_action import ACTION_TABLE
 from kernel.specs.cadence import CADENCE_TABLE
 from kernel.specs.diagrams import DIAGRAMS, render
 from kernel.specs.inbox_lifecycle import INBOX_TABLE
@@ -25,7 +26,7 @@ def test_committed_diagrams_match_the_tables() -> None:
 
 
 def test_every_machine_has_a_diagram_of_every_edge() -> None:
-    """Eleven machines, one diagram each, every edge drawn (one arrow per source and target)."""
+    """Twelve machines, one diagram each, every edge drawn (one arrow per source and target)."""
     tables = [table for _title, table, _module in DIAGRAMS]
     expected = [
         RUN_TABLE,
@@ -39,6 +40,7 @@ def test_every_machine_has_a_diagram_of_every_edge() -> None:
         WORKFLOW_RUN_TABLE,
         STEP_RUN_TABLE,
         TASK_ATTEMPT_TABLE,
+        ACTION_TABLE,
     ]
     assert [id(t) for t in tables] == [id(t) for t in expected]
     document = render()

@@ -42,7 +42,7 @@ def test_fields_are_well_formed() -> None:
         assert prop.statement.strip() == prop.statement, prop.id
         assert "\n" not in prop.statement, prop.id
         assert prop.source, prop.id
-        assert prop.issue in {2, 4, 5, 6, 7, 8}, prop.id
+        assert prop.issue in {2, 4, 5, 6, 7, 8, 9}, prop.id
 
 
 def test_counts_per_family() -> None:
@@ -58,6 +58,7 @@ def test_counts_per_family() -> None:
         "CAD": 18,
         "INBOX": 44,
         "WF": 19,  # §4.10 WF-01..WF-18 and Appendix D WF-19
+        "AA": 15,  # §5.6 AA-01..AA-15
         "E": 3,  # Appendix E-1 (a CONF trace), E-2 (the journal lock), E-7 (qlk exit codes)
         "S": 1,
     }
@@ -74,6 +75,8 @@ def test_issue_assignment_rules() -> None:
             expected = 6
         elif family == "WF":
             expected = 8
+        elif family == "AA":  # the Approved Action issue
+            expected = 9
         elif pid in {"CAD-11", "CAD-12", "CAD-17", "RETRY-19", "S-1"}:
             expected = 2
         elif pid == "CAD-16":
@@ -88,7 +91,7 @@ def test_issue_assignment_rules() -> None:
 
 
 def test_required_ids() -> None:
-    assert CURRENT_ISSUE == 8  # Workflow Tasks (SPEC §4)
+    assert CURRENT_ISSUE == 9  # Approved Actions (SPEC §5)
     current = required_ids(CURRENT_ISSUE)
     assert {"S-1", "CAD-11", "CAD-12", "RUN-02", "LEASE-02", "RETRY-19"} <= current
     assert {"RUN-06", "RETRY-10", "CAD-16", "REC-09"} <= current
@@ -99,9 +102,11 @@ def test_required_ids() -> None:
     assert {"CAD-15", "INBOX-43", "INBOX-44", "E-2"} <= current
     assert {"RETRY-21", "CAD-01", "CAD-13", "CAD-14", "E-7"} <= current
     assert {f"WF-{n:02d}" for n in range(1, 20)} <= current
+    assert {f"AA-{n:02d}" for n in range(1, 16)} <= current
+    assert not {p for p in required_ids(8) if p.startswith("AA-")}
     assert required_ids(1) == frozenset()
-    assert required_ids(8) == frozenset(PROPERTIES)
-    for issue in range(1, 9):
+    assert required_ids(9) == frozenset(PROPERTIES)
+    for issue in range(1, 10):
         assert required_ids(issue) <= required_ids(issue + 1)
         assert required_ids(issue) == {p for p, v in PROPERTIES.items() if v.issue <= issue}
 

@@ -1,0 +1,190 @@
+"""Approved Actions (SPEC §5, ADR-0036; issue 19): the package facade.
+
+Two halves, pure like the rest of the kernel:
+
+- the supervisor's rules: the port values (`pages`), the phase paging algorithm and resume
+  cursors (`paging`, §5.3, D-4), the profile resource policy and the lifecycle limits (`policy`,
+  §5.4, §5.5);
+- the smallest approval domain behind the two ports (decision AA-D1): the action and its Events
+  (`entities`, `codec`), its commands and one total transition over `ACTION_TABLE`
+  (`commands`, `transitions`, `kernel.specs.approved_action`), its invariants, the two due
+  indexes (`selection`) and what a port does with each due item (`rules`).
+"""
+
+from kernel.approved_action.codec import (
+    ACTION_COLUMNS,
+    ACTION_EVENT_COLUMNS,
+    action_event_from_row,
+    action_event_row,
+    action_from_row,
+    action_row,
+)
+from kernel.approved_action.commands import (
+    ACTION_COMMAND_TYPES,
+    ACTION_ID_PREFIX,
+    ActionCommand,
+    ApproveAction,
+    ClaimAction,
+    DenyAction,
+    RequestApproval,
+    ResolveAction,
+    StartAction,
+    approval_id,
+    person_refusal,
+)
+from kernel.approved_action.effects import (
+    ACTION_EFFECT_TYPES,
+    ActionEffect,
+    AnyActionEffect,
+    AppendActionEvent,
+    InsertAction,
+    UpdateAction,
+    apply_action_effects,
+)
+from kernel.approved_action.entities import ActionAggregate, ActionEvent, ApprovedAction
+from kernel.approved_action.invariants import check_action_invariants, run_matches
+from kernel.approved_action.outcomes import ActionApplied, ActionOutcome
+from kernel.approved_action.pages import (
+    ActionCursor,
+    DispatchCounters,
+    DispatchPage,
+    Phase,
+    PhasePage,
+    RecoveryCounters,
+    RecoveryPage,
+    strictly_after,
+)
+from kernel.approved_action.paging import (
+    CYCLE_PHASES,
+    ContinuePhase,
+    CycleFailureCode,
+    CycleSummary,
+    CycleVerdict,
+    FailedCycle,
+    PhaseBudget,
+    PhaseEnded,
+    PhaseState,
+    PhaseSummary,
+    ResumeCursors,
+    StopReason,
+    after_recovery,
+    phase_start,
+    phase_step,
+    resume_cursor,
+    resume_cursors,
+)
+from kernel.approved_action.policy import (
+    STATE_OF,
+    SUPPORTED_PROFILES,
+    ApprovedActionConfig,
+    ApprovedActionPolicy,
+    ApprovedActionState,
+    PhasePolicy,
+    ProfileNotSupported,
+    approved_action_config,
+    budget_source,
+    local_primary_resource_policy,
+)
+from kernel.approved_action.rules import after_claim, dispatch_tally, recovery_tally
+from kernel.approved_action.selection import ActionSource, DuePage, action_key, due_page
+from kernel.approved_action.trace_codec import (
+    ACTION_COMMANDS_BY_NAME,
+    decode_action_command,
+    encode_action_command,
+    is_action_command,
+)
+from kernel.approved_action.transitions import action_step_violations, apply_action
+from kernel.specs.approved_action import (
+    ACTION_TABLE,
+    FINAL_ACTION_STATUSES,
+    ActionCommandName,
+    ActionEventType,
+    ActionStatus,
+)
+
+__all__ = [
+    "ACTION_COLUMNS",
+    "ACTION_COMMANDS_BY_NAME",
+    "ACTION_COMMAND_TYPES",
+    "ACTION_EFFECT_TYPES",
+    "ACTION_EVENT_COLUMNS",
+    "ACTION_ID_PREFIX",
+    "ACTION_TABLE",
+    "CYCLE_PHASES",
+    "FINAL_ACTION_STATUSES",
+    "STATE_OF",
+    "SUPPORTED_PROFILES",
+    "ActionAggregate",
+    "ActionApplied",
+    "ActionCommand",
+    "ActionCommandName",
+    "ActionCursor",
+    "ActionEffect",
+    "ActionEvent",
+    "ActionEventType",
+    "ActionOutcome",
+    "ActionSource",
+    "ActionStatus",
+    "AnyActionEffect",
+    "AppendActionEvent",
+    "ApproveAction",
+    "ApprovedAction",
+    "ApprovedActionConfig",
+    "ApprovedActionPolicy",
+    "ApprovedActionState",
+    "ClaimAction",
+    "ContinuePhase",
+    "CycleFailureCode",
+    "CycleSummary",
+    "CycleVerdict",
+    "DenyAction",
+    "DispatchCounters",
+    "DispatchPage",
+    "DuePage",
+    "FailedCycle",
+    "InsertAction",
+    "Phase",
+    "PhaseBudget",
+    "PhaseEnded",
+    "PhasePage",
+    "PhasePolicy",
+    "PhaseState",
+    "PhaseSummary",
+    "ProfileNotSupported",
+    "RecoveryCounters",
+    "RecoveryPage",
+    "RequestApproval",
+    "ResolveAction",
+    "ResumeCursors",
+    "StartAction",
+    "StopReason",
+    "UpdateAction",
+    "action_event_from_row",
+    "action_event_row",
+    "action_from_row",
+    "action_key",
+    "action_row",
+    "action_step_violations",
+    "after_claim",
+    "after_recovery",
+    "apply_action",
+    "apply_action_effects",
+    "approval_id",
+    "approved_action_config",
+    "budget_source",
+    "check_action_invariants",
+    "decode_action_command",
+    "dispatch_tally",
+    "due_page",
+    "encode_action_command",
+    "is_action_command",
+    "local_primary_resource_policy",
+    "person_refusal",
+    "phase_start",
+    "phase_step",
+    "recovery_tally",
+    "resume_cursor",
+    "resume_cursors",
+    "run_matches",
+    "strictly_after",
+]
