@@ -14,6 +14,15 @@ from contextlib import AbstractContextManager
 from typing import Protocol, cast
 
 from kernel import Applied, Command, Effect, Outcome, Raced, RunAggregate, apply
+from kernel.approved_action import (
+    ACTION_COMMAND_TYPES,
+    ActionAggregate,
+    ActionApplied,
+    ActionCommand,
+    ActionOutcome,
+    AnyActionEffect,
+    apply_action,
+)
 from kernel.specs import Code
 from kernel.workflow import (
     WORKFLOW_COMMAND_TYPES,
@@ -219,14 +228,19 @@ def execute_workflow_observed(
 
 
 def execute_any(
-    storage: WorkflowStorage, command: Command | WorkflowCommand, clock: Callable[[], int]
-) -> Outcome | WorkflowOutcome:
+    storage: WorkflowStorage,
+    command: Command | WorkflowCommand | ActionCommand,
+    clock: Callable[[], int],
+) -> Outcome | WorkflowOutcome | ActionOutcome:
     """`execute_observed` for a Run command, `execute_workflow_observed` for a Workflow command
     (the entry point chosen by the command's type; the kernel chose the command), each reading
     `clock` inside its transaction, after the load: on one store, writes are serialized by the
     transaction, so their times follow their commit order even when two threads write one
     Workflow (a time read before the transaction could fall behind a concurrent commit and be
-    refused as a clock regression, V-5)."""
+    refused as a clock regression, V-5). An approval-domain command goes to
+    `execute_action_observed` (the store must also be an `ActionStorage`)."""
+    if isinstance(command, ACTION_COMMAND_TYPES):
+        return execute_action_observed(cast(ActionStorage, storage), command, lambda _tx: clock())
     if isinstance(command, WORKFLOW_COMMAND_TYPES):
         return in_transaction(storage, cast(WorkflowCommand, command), clock)
     return execute_observed(cast(Storage, storage), cast(Command, command), lambda _tx: clock())
@@ -238,3 +252,53 @@ def in_transaction(
     """`execute_workflow` with `clock` read inside the transaction, after the load (the local
     runtime's Workflow writes: several threads write one Workflow, see `execute_any`)."""
     return execute_workflow_observed(storage, command, lambda _tx: clock())
+
+
+# -- the approval domain (SPEC §5, issue 19) ----------------------------------------------------
+class ActionStorageTransaction(Protocol):
+    """A store's transaction that loads an approved action with its Run and persists the
+    approval domain's effects (and a start's Run admission effects)."""
+
+    def load_action(self, action_id: str) -> ActionAggregate | None: ...
+
+    def execute(self, effect: AnyActionEffect) -> None: ...
+
+
+class ActionStorage(Protocol):
+    def transaction(self) -> AbstractContextManager[ActionStorageTransaction]: ...
+
+
+class _ActionRollback(Exception):
+    def __init__(self, outcome: ActionOutcome) -> None:
+        super().__init__("rollback")
+        self.outcome = outcome
+
+
+def execute_action(
+    storage: ActionStorage, command: ActionCommand, observed_at_ms: int
+) -> ActionOutcome:
+    """`execute` for an approval-domain command: load the action and its Run, call the kernel
+    (`apply_action`), persist its effects in one transaction; a guard that no longer holds is
+    `Raced(CAS_CONFLICT)`."""
+    return execute_action_observed(storage, command, lambda _tx: observed_at_ms)
+
+
+def execute_action_observed(
+    storage: ActionStorage,
+    command: ActionCommand,
+    observe: Callable[[ActionStorageTransaction], int],
+) -> ActionOutcome:
+    """`execute_action` with the observation time read in the transaction, after the load."""
+    try:
+        with storage.transaction() as tx:
+            aggregate = tx.load_action(command.action_id)
+            outcome = apply_action(aggregate, command, observe(tx))
+            if isinstance(outcome, ActionApplied):
+                try:
+                    for effect in outcome.effects:
+                        tx.execute(effect)
+                except StaleWrite:
+                    raise _ActionRollback(Raced(Code.CAS_CONFLICT)) from None
+            return outcome
+    except _ActionRollback as rollback:
+        return rollback.outcome

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Protocol
 
 from kernel import canonical_json, decode_provider_policy
-from kernel.specs import Code, Paging, check_page_size, check_paging
+from kernel.specs import Code, Paging, Profile, check_page_size, check_paging
 from kernel.task import (
     FireRecord,
     FireState,
@@ -42,6 +42,7 @@ from kernel.task import (
     revise_task,
     schedule_after_removal,
     schedule_after_revision,
+    task_profile_refusal,
 )
 from runners.cron import cron_refusal, first_fire_after
 
@@ -135,9 +136,12 @@ def _json(value: object, field: str) -> str:
 
 def revision_from_row(row: Sequence[Any]) -> TaskRevision:
     """A stored revision from `(task_name, origin, revision, argv, cwd, env, cron, deadline_ms,
-    retry_policy, created_at_ms)`; a row that no longer validates raises (fail closed), it is
-    never guessed at."""
-    (name, origin, revision, argv, cwd, env, cron, deadline_ms, retry_policy, created_at_ms) = row
+    retry_policy, created_at_ms, requires_approval)`; a row that no longer validates raises
+    (fail closed), it is never guessed at."""
+    (name, origin, revision, argv, cwd, env, cron, deadline_ms, retry_policy, created_at_ms) = row[
+        :10
+    ]
+    requires_approval = row[10]
     policy = None if retry_policy is None else decode_provider_policy(json.loads(retry_policy))
     definition = TaskDefinition(
         name=name,
@@ -148,6 +152,7 @@ def revision_from_row(row: Sequence[Any]) -> TaskRevision:
         deadline_ms=deadline_ms,
         retry_policy=policy,
         origin=TaskOrigin(origin),
+        requires_approval=bool(requires_approval),
     )
     return TaskRevision(definition, revision, created_at_ms)
 
@@ -216,6 +221,7 @@ def revision_params(decision: TaskRevised) -> tuple[dict[str, Any], dict[str, An
         "retry_policy": None if policy is None else _json(policy, "retry_policy"),
         "digest": d.digest,
         "created_at_ms": revision.created_at_ms,
+        "requires_approval": int(d.requires_approval),
     }
     return task, row
 
@@ -296,6 +302,9 @@ class SqlTaskStore(ABC):
     compare-and-set on the row's version. A runner opens the transactions and reads
     (`_writing`, `_reading`) and writes a schedule row alone (`write_schedule`)."""
 
+    #: The profile whose tasks this store holds (`kernel.task.task_profile_refusal`).
+    PROFILE: Profile = Profile.STANDALONE
+
     @abstractmethod
     def _writing(self) -> AbstractContextManager[TaskRowsTx]:
         """One write transaction: committed when the block ends normally, rolled back when it
@@ -318,6 +327,9 @@ class SqlTaskStore(ABC):
         (`TaskWrite.written` False); a re-add of a removed task reactivates it with a new
         revision (TK-7). `TASK_CRON_INVALID` if croniter refuses the expression or it never
         fires."""
+        refused_here = task_profile_refusal(definition, self.PROFILE)
+        if refused_here is not None:
+            return refused_here
         first_fire: int | None = None
         if definition.cron is not None:
             refused = cron_refusal(definition.cron, now_ms)

@@ -31,8 +31,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from kernel import Outcome
+from kernel.approved_action import ActionOutcome, RequestApproval
 from kernel.specs import OutcomeKind, Paging
 from kernel.task import (
     FireKind,
@@ -47,12 +49,12 @@ from kernel.task import (
     decide_fires,
     fire_command,
     refreshed_schedule,
+    request_submission,
     resolve_fire,
     resolved_schedule,
-    submission,
 )
 from runners.cron import first_fire_after, latest_fire_at_or_before
-from runners.engine import Storage, execute
+from runners.engine import ActionStorage, Storage, execute, execute_action
 from runners.task_rows import DueSchedule, TaskStore
 
 __all__ = [
@@ -211,13 +213,21 @@ def submit(
     now_ms: int,
     run_id: str,
     attempt_id: str,
-) -> Outcome | TaskRefused:
+    requested_by: str = "user",
+) -> Outcome | ActionOutcome | TaskRefused:
     """`qlk submit TASK`: a manual Run of the task's current revision (TK-8), or the refusal
     (`TASK_NOT_FOUND`, `TASK_REMOVED`). The admission's outcome is the kernel's: `Applied`, or
-    `Replayed` when the same ids are submitted again, or `Rejected` (e.g. `RUN_ID_CONFLICT`)."""
-    decision = submission(tasks.state(task_name), run_id, attempt_id)
+    `Replayed` when the same ids are submitted again, or `Rejected` (e.g. `RUN_ID_CONFLICT`).
+    For a task that requires approval the kernel makes it an approval request instead (issue
+    19; `kernel.task.request_submission`), asked by `requested_by`, whose outcome is returned:
+    `store` must then be the edge store (`runners.engine.ActionStorage`)."""
+    decision = request_submission(
+        tasks.state(task_name), run_id, attempt_id, requested_by=requested_by
+    )
     if isinstance(decision, TaskRefused):
         return decision
+    if isinstance(decision, RequestApproval):
+        return execute_action(cast(ActionStorage, store), decision, now_ms)
     return execute(store, decision, now_ms)
 
 
@@ -232,7 +242,7 @@ def submit_command(
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
     deadline_ms: int | None = None,
-) -> Outcome | TaskRefused:
+) -> Outcome | ActionOutcome | TaskRefused:
     """`qlk submit -- CMD ARGS`: the command's implicit task (`adhoc:<16 hex>`, TK-5) is written
     if new (revision 1; the same command is the same task), then submitted like a task."""
     definition = adhoc_definition(argv, cwd=cwd, env=env, deadline_ms=deadline_ms)

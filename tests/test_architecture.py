@@ -23,7 +23,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FACADES = frozenset({"kernel", "kernel.specs", "kernel.task", "kernel.worker", "kernel.workflow"})
+FACADES = frozenset(
+    {
+        "kernel",
+        "kernel.specs",
+        "kernel.task",
+        "kernel.worker",
+        "kernel.workflow",
+        "kernel.approved_action",
+    }
+)
 
 
 def _python_files(*roots: str) -> list[Path]:

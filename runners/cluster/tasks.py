@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Final
 
 import psycopg
 
+from kernel.specs import Profile
 from kernel.task import ScheduleState
 from runners.cluster.named_sql import load
 from runners.cluster.store import STALE_ERRORS, ClusterStore
@@ -93,6 +94,8 @@ class _ClusterTx(TaskRowsTx):
 class ClusterTaskStore(SqlTaskStore):
     """Tasks, revisions and schedule bookkeeping on a `ClusterStore`'s schema (its connections:
     the store's pool when it has one)."""
+
+    PROFILE = Profile.CLUSTER
 
     def __init__(self, store: ClusterStore) -> None:
         self._store = store

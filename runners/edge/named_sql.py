@@ -9,6 +9,7 @@ from runners.named_sql import SqlFileError, parse_sections
 from runners.named_sql import load as load_package
 
 __all__ = [
+    "APPROVAL",
     "PROJECTION",
     "SOURCES",
     "STATEMENTS",
@@ -32,3 +33,6 @@ SOURCES = load("sources.sql")
 PROJECTION = load("projection.sql")
 #: The Workflow loads, writes and backdoor reads (`workflow.sql`, SPEC §4).
 WORKFLOW = load("workflow.sql")
+#: The approval domain's load, writes, due indexes, listing and backdoor reads
+#: (`approved_action.sql`, SPEC §5, issue 19).
+APPROVAL = load("approved_action.sql")

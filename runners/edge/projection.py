@@ -17,7 +17,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from runners.edge.named_sql import PROJECTION, STATEMENTS, WORKFLOW
+from runners.edge.named_sql import APPROVAL, PROJECTION, STATEMENTS, WORKFLOW
 
 Projection = dict[str, list[dict[str, Any]]]
 
@@ -40,8 +40,18 @@ _WORKFLOW_TABLES: tuple[tuple[str, str], ...] = (
 )
 
 
+#: The approval domain's tables (issue 19) -> their statements in `sql/approved_action.sql`;
+#: projected only when they hold a row, like the Workflow tables.
+_APPROVAL_TABLES: tuple[tuple[str, str], ...] = (
+    ("approved_actions", "project_approved_actions"),
+    ("action_events", "project_action_events"),
+)
+
+
 def _convert(table: str, row: dict[str, Any]) -> dict[str, Any]:
-    if table == "step_runs":
+    if table == "approved_actions" and row["policy_retry_on_lost"] is not None:
+        row["policy_retry_on_lost"] = bool(row["policy_retry_on_lost"])
+    elif table == "step_runs":
         row["depends_on"] = json.loads(row["depends_on"])
     elif table == "policies":
         row["retry_on_lost"] = bool(row["retry_on_lost"])
@@ -70,6 +80,10 @@ def project_file(path: Path) -> Projection:
             out[table] = _read(conn, table, PROJECTION[statement])
         for table, statement in _WORKFLOW_TABLES:
             rows = _read(conn, table, WORKFLOW[statement])
+            if rows:
+                out[table] = rows
+        for table, statement in _APPROVAL_TABLES:
+            rows = _read(conn, table, APPROVAL[statement])
             if rows:
                 out[table] = rows
         conn.execute(STATEMENTS["commit"])

@@ -29,10 +29,24 @@ from kernel import (
     RunAggregate,
     RunRetryPolicy,
 )
+from kernel.approved_action import (
+    ACTION_EFFECT_TYPES,
+    ActionAggregate,
+    ActionCursor,
+    ActionEvent,
+    ActionSource,
+    ActionStatus,
+    AnyActionEffect,
+    ApprovedAction,
+    DuePage,
+    action_event_from_row,
+    action_from_row,
+)
 from kernel.workflow import TaskAdmission, WorkflowAdmission, WorkflowAggregate, WorkflowEffect
+from runners.action_rows import action_effect_statement
 from runners.edge import sources
 from runners.edge.connection import DEFAULT_BUSY_TIMEOUT_MS, SqliteAuthority
-from runners.edge.named_sql import STATEMENTS, WORKFLOW
+from runners.edge.named_sql import APPROVAL, STATEMENTS, WORKFLOW
 from runners.edge.projection import Projection, project_file
 from runners.engine import StaleWrite
 from runners.rows import ATTEMPT_TYPES, LEASE_TYPES, POLICY_TYPES, RUN_TYPES
@@ -125,14 +139,27 @@ class EdgeTransaction:
         ).fetchone()
         return None if found is None else self.load_workflow(str(found[0]))
 
-    def execute(self, effect: WorkflowEffect) -> None:
+    def load_action(self, action_id: str) -> ActionAggregate | None:
+        """An approved action and the Run under its Run id (the evidence; issue 19)."""
+        cur = self._conn.execute(APPROVAL["select_action"], {"action_id": action_id})
+        found = cur.fetchone()
+        if found is None:
+            return None
+        names = [d[0] for d in cur.description]
+        action = action_from_row(dict(zip(names, found, strict=True)))
+        return ActionAggregate(action, self.load_run(action.run_id))
+
+    def execute(self, effect: WorkflowEffect | AnyActionEffect) -> None:
         """One effect, one named statement; a guard that no longer holds raises `StaleWrite`."""
-        name, params = workflow_effect_statement(effect)
+        if isinstance(effect, ACTION_EFFECT_TYPES):
+            name, params = action_effect_statement(effect)
+        else:
+            name, params = workflow_effect_statement(effect)
         self._write(name, params)
 
     def _write(self, name: str, params: Mapping[str, Any]) -> None:
         try:
-            text = STATEMENTS[name] if name in STATEMENTS else WORKFLOW[name]
+            text = STATEMENTS.get(name) or WORKFLOW.get(name) or APPROVAL[name]
             cursor = self._conn.execute(text, params)
         except sqlite3.IntegrityError as exc:
             if exc.sqlite_errorname in STALE_CONSTRAINTS:
@@ -172,6 +199,54 @@ class EdgeStore(SqlSources):
     def _source_rows(self, name: str, params: Mapping[str, Any]) -> Sequence[Sequence[Any]]:
         with self.authority.reading() as conn:
             return conn.execute(sources.SOURCES[name], params).fetchall()
+
+    # -- the approval domain (issue 19) ----------------------------------------------------
+    def action_page(self, source: ActionSource, after: ActionCursor | None, limit: int) -> DuePage:
+        """One page of a due index (`kernel.approved_action.selection.due_page`'s query)."""
+        params = {
+            "after_at": None if after is None else after.at_ms,
+            "after_id": None if after is None else after.action_id,
+            "limit_plus_one": limit + 1,
+        }
+        with self.authority.reading() as conn:
+            rows = conn.execute(APPROVAL[source.value], params).fetchall()
+        keys = tuple(ActionCursor(int(at), str(key)) for at, key in rows[:limit])
+        return DuePage(keys, len(rows) > limit)
+
+    def actions(
+        self,
+        *,
+        status: ActionStatus | None = None,
+        before: ActionCursor | None = None,
+        limit: int = 64,
+    ) -> list[ApprovedAction]:
+        """Approval requests, newest first, strictly before `before` (`qlk approvals`)."""
+        params = {
+            "status": None if status is None else status.value,
+            "before_at": None if before is None else before.at_ms,
+            "before_id": None if before is None else before.action_id,
+            "limit": limit,
+        }
+        with self.authority.reading() as conn:
+            cur = conn.execute(APPROVAL["list_actions"], params)
+            names = [d[0] for d in cur.description]
+            return [action_from_row(dict(zip(names, r, strict=True))) for r in cur.fetchall()]
+
+    def action(self, action_id: str) -> tuple[ApprovedAction, list[ActionEvent]] | None:
+        """One action and its Events, or None."""
+        with self.authority.reading() as conn:
+            cur = conn.execute(APPROVAL["select_action"], {"action_id": action_id})
+            found = cur.fetchone()
+            if found is None:
+                return None
+            names = [d[0] for d in cur.description]
+            action = action_from_row(dict(zip(names, found, strict=True)))
+            cur = conn.execute(APPROVAL["select_action_events"], {"action_id": action_id})
+            names = [d[0] for d in cur.description]
+            events = [
+                action_event_from_row(dict(zip(names, r, strict=True))) for r in cur.fetchall()
+            ]
+        return action, events
 
     # -- conformance and lifecycle ----------------------------------------------------------
     def project(self) -> Projection:

@@ -8,6 +8,11 @@ cycle run by hand, then the execution-control lifecycle, then the scheduler; O-4
 drain, execution-control drain, storage close); this class maps each named step to its port
 call and performs them in the order given. Concurrent and repeated `stop()` calls share the
 first call's result.
+
+Approved Actions (SPEC §5, issue 19) are default unreachable (§5.5, AA-15; decision AA-D5):
+only `approvals=True` (`qlk serve --approvals`) builds their lifecycle, importing its modules
+then and not before; it starts after the scheduler (the application is up) and stops first (it
+admits Runs, so nothing new is admitted while the others drain).
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kernel import local_idle
+from kernel.approved_action import ActionSource
 from kernel.specs import (
     LOCAL_START,
     LOCAL_STOP,
@@ -48,6 +55,9 @@ from runners.local.scheduler import LocalScheduler, SchedulerReport
 from runners.local.startup import StartupReport, local_startup_recovery
 from runners.local.workflow import TaskRecoveryReport, task_startup_recovery
 
+if TYPE_CHECKING:  # typing only: importing this module never imports the lifecycle (AA-15)
+    from runners.approved_action.lifecycle import ApprovedActionRuntimeLifecycle
+
 __all__ = ["ApplicationStopped", "LocalApplication", "wall_clock_ms"]
 
 #: One due row is enough to know that something is due (`idle`).
@@ -64,10 +74,12 @@ class ApplicationStopped:
 
     scheduler: StopResult
     control: StopResult
+    approvals: StopResult | None = None  # None: the Approved Action lifecycle was not built
 
     @property
     def drained(self) -> bool:
-        return self.scheduler.drained and self.control.drained
+        approvals = self.approvals is None or self.approvals.drained
+        return self.scheduler.drained and self.control.drained and approvals
 
 
 class LocalApplication:
@@ -75,7 +87,8 @@ class LocalApplication:
 
     `schedulers`, when given, makes each lifecycle's `Scheduler` (tests pass stepped ones);
     `on_cycle` and `report` receive every cycle report and every absorbed incident;
-    `log_retention_ms` is how long a finished Attempt's log is kept (decision LR-13).
+    `log_retention_ms` is how long a finished Attempt's log is kept (decision LR-13);
+    `approvals` opts in to the Approved Action lifecycle (module docstring).
     """
 
     def __init__(
@@ -88,6 +101,7 @@ class LocalApplication:
         on_cycle: Callable[[CycleReport[ControlReport | SchedulerReport]], None] | None = None,
         report: Callable[[LifecycleIncident], None] | None = None,
         log_retention_ms: int = LOG_RETENTION_DEFAULT_MS,
+        approvals: bool = False,
     ) -> None:
         # [decision LR-13] Refused before anything is opened (`BudgetError`: 1 min..365 days).
         check_in_range(log_retention_ms, LOG_RETENTION_MS, field="log_retention_ms")
@@ -122,11 +136,36 @@ class LocalApplication:
             on_cycle=on_cycle,  # type: ignore[arg-type]
             report=report,
         )
+        self.approvals: ApprovedActionRuntimeLifecycle | None = None
+        if approvals:
+            self.approvals = self._approval_lifecycle(schedulers, report)
         self.startup: StartupReport | None = None
         self._stop_lock = threading.Lock()
         self._stopped: ApplicationStopped | None = None
         self.steps: list[LocalStartStep] = []  # the O-1/O-4 steps performed, in order
         self.task_recovery: TaskRecoveryReport | None = None
+
+    def _approval_lifecycle(
+        self,
+        schedulers: Callable[[str], Scheduler] | None,
+        report: Callable[[LifecycleIncident], None] | None,
+    ) -> ApprovedActionRuntimeLifecycle:
+        """The one place the Approved Action lifecycle is built (AA-15): its modules are imported
+        here, on the explicit opt-in, never when this module is."""
+        from runners.approved_action.lifecycle import (  # noqa: PLC0415 - opt-in only (AA-15)
+            LIFECYCLE_NAME,
+            ApprovedActionRuntimeLifecycle,
+        )
+        from runners.local.approvals import EdgeApprovalPorts  # noqa: PLC0415 - opt-in only
+
+        ports = EdgeApprovalPorts(self.store, self._clock)
+        return ApprovedActionRuntimeLifecycle.for_profile(
+            self.profile.value,
+            ports,
+            ports,
+            scheduler=None if schedulers is None else schedulers(LIFECYCLE_NAME),
+            report=report,
+        )
 
     def __repr__(self) -> str:
         return f"LocalApplication(db={str(self.layout.db)!r}, profile={self.profile.value})"
@@ -146,6 +185,8 @@ class LocalApplication:
         for step in LOCAL_START:
             actions[step]()
             self.steps.append(step)
+        if self.approvals is not None:
+            self.approvals.start()
         assert self.startup is not None
         return self.startup
 
@@ -166,6 +207,8 @@ class LocalApplication:
         with self._stop_lock:
             if self._stopped is not None:
                 return self._stopped
+            # The Approved Action lifecycle admits Runs: it stops before the others drain.
+            approvals = None if self.approvals is None else self.approvals.stop()
             results: dict[LocalStartStep, StopResult] = {}
             actions: dict[LocalStartStep, Callable[[], StopResult | None]] = {
                 LocalStartStep.DRAIN_SCHEDULER: self.scheduler.stop,
@@ -178,7 +221,9 @@ class LocalApplication:
                     results[step] = result
                 self.steps.append(step)
             self._stopped = ApplicationStopped(
-                results[LocalStartStep.DRAIN_SCHEDULER], results[LocalStartStep.DRAIN_CONTROL]
+                results[LocalStartStep.DRAIN_SCHEDULER],
+                results[LocalStartStep.DRAIN_CONTROL],
+                approvals,
             )
             return self._stopped
 
@@ -187,6 +232,11 @@ class LocalApplication:
 
     # -- until idle ------------------------------------------------------------------------------
     def idle(self) -> bool:
-        """The kernel's `local_idle` over the Run counts, the due schedules and the launcher."""
+        """The kernel's `local_idle` over the Run counts, the due schedules, the launcher and,
+        with approvals on, the approved actions due for dispatch or recovery."""
         due = len(self.tasks.due(self._clock(), _ANY_DUE))
-        return local_idle(run_status_counts(self.store), due, self.launcher.tracked)
+        actions = 0
+        if self.approvals is not None:
+            for source in ActionSource:
+                actions += len(self.store.action_page(source, None, 1).keys)
+        return local_idle(run_status_counts(self.store), due, self.launcher.tracked, actions)

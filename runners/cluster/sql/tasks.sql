@@ -15,14 +15,16 @@ SELECT pg_advisory_xact_lock(%(namespace)s, hashtext(%(task_name)s));
 
 -- name: select_task
 SELECT t.task_name, t.origin, t.current_revision, t.removed_at_ms, t.version,
-       r.argv, r.cwd, r.env, r.cron, r.deadline_ms, r.retry_policy, r.created_at_ms
+       r.argv, r.cwd, r.env, r.cron, r.deadline_ms, r.retry_policy, r.created_at_ms,
+       FALSE AS requires_approval  -- the cluster profile refuses approval (SPEC §5.4)
 FROM tasks AS t
 JOIN task_revisions AS r ON r.task_name = t.task_name AND r.revision = t.current_revision
 WHERE t.task_name = %(task_name)s;
 
 -- name: select_task_revision
 SELECT r.task_name, t.origin, r.revision, r.argv, r.cwd, r.env, r.cron, r.deadline_ms,
-       r.retry_policy, r.created_at_ms
+       r.retry_policy, r.created_at_ms,
+       FALSE AS requires_approval  -- the cluster profile refuses approval (SPEC §5.4)
 FROM task_revisions AS r
 JOIN tasks AS t ON t.task_name = r.task_name
 WHERE r.task_name = %(task_name)s AND r.revision = %(revision)s;
@@ -31,7 +33,8 @@ WHERE r.task_name = %(task_name)s AND r.revision = %(revision)s;
 -- One keyset page by name (P-3): `after` is the last name of the previous page ('' at first).
 -- `limit` is the page size + 1, so the caller knows whether there is more (P-2).
 SELECT t.task_name, t.origin, t.current_revision, t.removed_at_ms, t.version,
-       r.argv, r.cwd, r.env, r.cron, r.deadline_ms, r.retry_policy, r.created_at_ms
+       r.argv, r.cwd, r.env, r.cron, r.deadline_ms, r.retry_policy, r.created_at_ms,
+       FALSE AS requires_approval  -- the cluster profile refuses approval (SPEC §5.4)
 FROM tasks AS t
 JOIN task_revisions AS r ON r.task_name = t.task_name AND r.revision = t.current_revision
 WHERE t.task_name COLLATE "C" > %(after)s COLLATE "C"

@@ -5,14 +5,16 @@
 -- ---------------------------------------------------------------- tasks and revisions -------
 -- name: select_task
 SELECT t.task_name, t.origin, t.current_revision, t.removed_at_ms, t.version,
-       r.argv, r.cwd, r.env, r.cron, r.deadline_ms, r.retry_policy, r.created_at_ms
+       r.argv, r.cwd, r.env, r.cron, r.deadline_ms, r.retry_policy, r.created_at_ms,
+       r.requires_approval
 FROM tasks AS t
 JOIN task_revisions AS r ON r.task_name = t.task_name AND r.revision = t.current_revision
 WHERE t.task_name = :task_name;
 
 -- name: select_task_revision
 SELECT r.task_name, t.origin, r.revision, r.argv, r.cwd, r.env, r.cron, r.deadline_ms,
-       r.retry_policy, r.created_at_ms
+       r.retry_policy, r.created_at_ms,
+       r.requires_approval
 FROM task_revisions AS r
 JOIN tasks AS t ON t.task_name = r.task_name
 WHERE r.task_name = :task_name AND r.revision = :revision;
@@ -21,7 +23,8 @@ WHERE r.task_name = :task_name AND r.revision = :revision;
 -- One keyset page by name (P-3): `:after` is the last name of the previous page ('' at first).
 -- `:limit` is the page size + 1, so the caller knows whether there is more (P-2).
 SELECT t.task_name, t.origin, t.current_revision, t.removed_at_ms, t.version,
-       r.argv, r.cwd, r.env, r.cron, r.deadline_ms, r.retry_policy, r.created_at_ms
+       r.argv, r.cwd, r.env, r.cron, r.deadline_ms, r.retry_policy, r.created_at_ms,
+       r.requires_approval
 FROM tasks AS t
 JOIN task_revisions AS r ON r.task_name = t.task_name AND r.revision = t.current_revision
 WHERE t.task_name > :after
@@ -48,9 +51,9 @@ WHERE task_name = :task_name AND version = :expected_version AND removed_at_ms I
 
 -- name: insert_task_revision
 INSERT INTO task_revisions (task_name, revision, argv, cwd, env, cron, deadline_ms,
-                            retry_policy, digest, created_at_ms)
+                            retry_policy, digest, created_at_ms, requires_approval)
 VALUES (:task_name, :revision, :argv, :cwd, :env, :cron, :deadline_ms, :retry_policy, :digest,
-        :created_at_ms);
+        :created_at_ms, :requires_approval);
 
 -- ---------------------------------------------------------------- schedule bookkeeping ------
 -- name: select_schedule

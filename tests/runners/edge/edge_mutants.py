@@ -562,3 +562,84 @@ MUTANTS: tuple[RunnerMutant, ...] = (
 )
 
 BY_NAME: Mapping[str, RunnerMutant] = {m.name: m for m in MUTANTS}
+
+
+# -- the approval domain (SPEC §5, issue 19): planted in `runners/edge/sql/approved_action.sql`
+# and caught by the approval corpus (`conformance/traces/approved_action`, replayed with its
+# own root: `tests/conformance/test_approval_traces.py`), so they are not in `MUTANTS`, whose
+# catch rate is measured over the run corpus.
+def _approval(section: str, old: str, new: str) -> SqlEdit:
+    return SqlEdit(STORE, "APPROVAL", section, old, new)
+
+
+#: The approval branch of `EdgeTransaction.execute`, the text the split-commit mutant edits.
+_ACTION_EXECUTE = "name, params = action_effect_statement(effect)\n"
+
+APPROVAL_MUTANTS: tuple[RunnerMutant, ...] = (
+    _edge(
+        "aa_action_event_after_commit",
+        "split",
+        "AA-D1: the action's update committed before its Event (and, for a start, before the "
+        "Run's admission): a crash between them leaves the barrier passed without its Event, "
+        "or an action started without its Run",
+        MethodEdit(
+            STORE,
+            "EdgeTransaction.execute",
+            _ACTION_EXECUTE,
+            _ACTION_EXECUTE + '            if name == "insert_action_event":\n'
+            '                self._conn.execute(STATEMENTS["commit"])\n'
+            '                self._conn.execute(STATEMENTS["begin_immediate"])\n',
+        ),
+        "kill mode: a SIGKILL between an action update's commit and its Event's",
+        modes=("kill",),
+    ),
+    _edge(
+        "aa_update_action_no_version_cas",
+        "guard",
+        "AA-D1: the action's version CAS dropped from update_action's WHERE (two dispatchers "
+        "could both pass the start barrier)",
+        _approval(
+            "update_action",
+            "WHERE action_id = :action_id AND version = :expected_version;",
+            "WHERE action_id = :action_id;",
+        ),
+        "guard mode: any approval write, probed with an older action version",
+        modes=("guards",),
+        guard=("UpdateAction", "version"),
+    ),
+    _edge(
+        "aa_dispatch_due_limit_without_one_more",
+        "limit",
+        "SPEC §5.3: the dispatch due index fetches `limit` rows, so a full page never says "
+        "truncated and the phase stops early",
+        _approval("approval_dispatch", "LIMIT :limit_plus_one;", "LIMIT :limit_plus_one - 1;"),
+        "a dispatch page exactly full with more due (AA-D1 due pages)",
+        hints=("AA-D1-due-pages",),
+    ),
+    _edge(
+        "aa_recovery_due_tie_break_reversed",
+        "order",
+        "P-3: the recovery due index orders actions claimed at the same time by descending id, "
+        "against its keyset cursor",
+        _approval(
+            "approval_recovery",
+            "ORDER BY claimed_at_ms, action_id\n",
+            "ORDER BY claimed_at_ms, action_id DESC\n",
+        ),
+        "a recovery page over actions claimed at the same millisecond (AA-D1 due pages)",
+        hints=("AA-D1-due-pages",),
+    ),
+    _edge(
+        "aa_dispatch_due_includes_pending",
+        "exclusion",
+        "AA-D1: the dispatch due index also returns pending actions (an unapproved request "
+        "would be dispatched)",
+        _approval(
+            "approval_dispatch",
+            "WHERE status = 'approved'",
+            "WHERE status IN ('approved', 'pending')",
+        ),
+        "a dispatch page while a request is pending",
+        hints=("AA-D1-request-approve", "AA-D1-due-pages"),
+    ),
+)

@@ -14,6 +14,7 @@ import pytest
 from conformance.run.corpus import RUN_CORPUS
 from conformance.run.kill_edge import kill_every_write
 from kernel import AppendEvent, Effect, UpdateLease
+from kernel.approved_action import AnyActionEffect
 from kernel.workflow import WorkflowEffect
 from runners.edge.connection import SqliteAuthority
 from runners.edge.store import EdgeStore, EdgeTransaction
@@ -69,10 +70,10 @@ def small(tmp_path: Path) -> Path:
 @contextmanager
 def _events_after_commit(self: EdgeStore) -> Iterator[object]:
     """Planted bug: the write is split into two transactions, the Events committed second."""
-    pending: list[WorkflowEffect] = []
+    pending: list[WorkflowEffect | AnyActionEffect] = []
 
     class Deferring(EdgeTransaction):
-        def execute(self, effect: WorkflowEffect) -> None:
+        def execute(self, effect: WorkflowEffect | AnyActionEffect) -> None:
             if isinstance(effect, AppendEvent):
                 pending.append(effect)
             else:

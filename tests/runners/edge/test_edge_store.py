@@ -65,13 +65,21 @@ from kernel import (
     UpdateRun,
     apply,
 )
+from kernel.approved_action import ACTION_COLUMNS, ACTION_EVENT_COLUMNS
 from kernel.specs.codes import Code
 from kernel.specs.states import Actor, AttemptStatus, CancelReason, LeaseStatus
 from kernel.workflow import StepRun, TaskAdmission, WorkflowAdmission
 from runners.edge import migrate as migrate_module
 from runners.edge.connection import EdgeConfigError
 from runners.edge.migrate import MigrationError, migrate, migrations, split_statements
-from runners.edge.named_sql import SOURCES, STATEMENTS, WORKFLOW, SqlFileError, parse_sections
+from runners.edge.named_sql import (
+    APPROVAL,
+    SOURCES,
+    STATEMENTS,
+    WORKFLOW,
+    SqlFileError,
+    parse_sections,
+)
 from runners.edge.projection import read_only_uri
 from runners.edge.store import EdgeStore, EdgeTransaction
 from runners.edge.tasks import TASKS
@@ -214,6 +222,7 @@ def test_the_store_and_adapter_implement_the_ports(tmp_path: Path) -> None:
             "lost_retry_local",
             "guards",
             "workflow",  # the Workflow traces (SPEC §4, issue 18)
+            "approved_action",  # the approval domain's traces (SPEC §5, issue 19)
         }
     finally:
         adapter.close()
@@ -237,6 +246,12 @@ WORKFLOW_TABLES: dict[str, type] = {
 #: The task store's tables (migration 0002, issue 15): not the Run domain, and not used by
 #: recovery or lost retry; they leave the Run tables above exactly as §1.1 has them.
 TASK_TABLES = frozenset({"tasks", "task_revisions", "task_schedules"})
+#: The approval domain's tables (migration 0004, SPEC §5, issue 19): the columns of
+#: `kernel.approved_action.codec`, which is also the canonical projection's row.
+APPROVAL_TABLES: dict[str, tuple[str, ...]] = {
+    "approved_actions": ACTION_COLUMNS,
+    "action_events": ACTION_EVENT_COLUMNS,
+}
 
 
 #: Every index of the created schema and what needs it. The first two are §1.1's own; each other
@@ -250,6 +265,10 @@ SCHEMA_INDEXES: dict[str, tuple[str, str] | None] = {
     "task_schedules_by_due": ("tasks", "due_schedules"),  # the schedule phase (issue 15)
     "step_runs_by_status": ("sources", "task_admission_candidates"),  # Workflow phase 4
     "task_admissions_by_run": ("workflow", "select_task_admissions_of_run"),  # Workflow load
+    # The Approved Action ports' due indexes and `qlk approvals` (issue 19).
+    "approved_actions_dispatch_due": ("approval", "approval_dispatch"),
+    "approved_actions_recovery_due": ("approval", "approval_recovery"),
+    "approved_actions_by_request": ("approval", "list_actions"),
 }
 
 
@@ -268,12 +287,17 @@ def test_the_created_schema_is_the_run_domain_of_1_1(tmp_path: Path) -> None:
         tables = {name for kind, name in objects if kind == "table"}
         assert tables == set(ENTITY_TABLES) | {"schema_version"} | TASK_TABLES | set(
             WORKFLOW_TABLES
-        )
+        ) | set(APPROVAL_TABLES)
         for table, entity in (ENTITY_TABLES | WORKFLOW_TABLES).items():
             columns = [
                 row[1] for row in conn.execute("SELECT * FROM pragma_table_info(?)", (table,))
             ]
             assert columns == [f.name for f in dataclasses.fields(entity)], table
+        for table, expected in APPROVAL_TABLES.items():
+            columns = [
+                row[1] for row in conn.execute("SELECT * FROM pragma_table_info(?)", (table,))
+            ]
+            assert tuple(columns) == expected, table
         indexes = {name for kind, name in objects if kind == "index"}
         assert indexes == set(SCHEMA_INDEXES)
         assert not {kind for kind, _ in objects} - {"table", "index"}  # no view, no trigger
@@ -290,11 +314,17 @@ def test_the_created_schema_is_the_run_domain_of_1_1(tmp_path: Path) -> None:
                 "statements": STATEMENTS,
                 "tasks": TASKS,
                 "workflow": WORKFLOW,
+                "approval": APPROVAL,
             }[kind][name]
             params = dict.fromkeys(re.findall(r":(\w+)", statement), 1)
             rows = conn.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()
             assert any(index in str(row[3]) for row in rows), (index, name, rows)
-    assert [m.name for m in migrations()] == ["0001_initial", "0002_tasks", "0003_workflows"]
+    assert [m.name for m in migrations()] == [
+        "0001_initial",
+        "0002_tasks",
+        "0003_workflows",
+        "0004_approved_actions",
+    ]
 
 
 @pytest.mark.spec("CAD-16")
