@@ -13,8 +13,9 @@ the replayer is one block (the exception and where it was raised), never pages o
 frames. One more test, `ql3.RUNNER::guard-mode`, probes every guard of every write path with a
 stale write (`conformance.run.guards`); it is skipped as not applicable when the adapter does not
 expose its storage port (capability `guards`). Without `--ql3-traces` the traces are the
-bundled run corpus and the Workflow corpus (SPEC §4.10, named `workflow/<trace>`, capability
-`workflow`). Without `--ql3-runner` the plugin adds nothing.
+bundled run corpus, the Workflow corpus (SPEC §4.10, named `workflow/<trace>`, capability
+`workflow`) and the approval corpus (SPEC §5, `approved_action/<trace>`, capability
+`approved_action`). Without `--ql3-runner` the plugin adds nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from typing import Any
 
 import pytest
 
-from conformance.run.corpus import RUN_CORPUS, WORKFLOW_CORPUS, read_trace, trace_paths
+from conformance.run.corpus import (
+    APPROVAL_CORPUS,
+    RUN_CORPUS,
+    WORKFLOW_CORPUS,
+    read_trace,
+    trace_paths,
+)
 from conformance.run.factories import AdapterFactory, FactoryError, resolve
 from conformance.run.guards import GUARDS, probe_every_write
 from conformance.run.replay import replay
@@ -133,6 +140,9 @@ def pytest_collection_modifyitems(
     corpora = [(root, "", paths)]
     if not option and WORKFLOW_CORPUS.is_dir():
         corpora.append((WORKFLOW_CORPUS, "workflow/", trace_paths(WORKFLOW_CORPUS)))
+    # And the approval-domain traces (SPEC §5, issue 19), named `approved_action/<trace>`.
+    if not option and APPROVAL_CORPUS.is_dir():
+        corpora.append((APPROVAL_CORPUS, "approved_action/", trace_paths(APPROVAL_CORPUS)))
     # `ql3.<runner>::<trace>`: pytest's JUnit writer makes the part before `::` the classname
     # (a `[` would be read as parameters and leave it empty), so a runner's dots and colon
     # become a dotted classname, `ql3.mypkg.adapter.make_adapter`.

@@ -78,7 +78,7 @@ from conformance.report import (
     summary_table,
     write_junit,
 )
-from conformance.run.corpus import RUN_CORPUS, WORKFLOW_CORPUS, trace_paths
+from conformance.run.corpus import APPROVAL_CORPUS, RUN_CORPUS, WORKFLOW_CORPUS, trace_paths
 from conformance.run.factories import BUILTIN, AdapterFactory, FactoryError, resolve
 from conformance.run.guards import GUARDS, probe_every_write
 from conformance.run.trace import TraceFormatError
@@ -321,30 +321,26 @@ def _conform_on(
 ) -> int:
     stream = ctx.out
     _check_junit_target(args.junit)
-    # The bundled corpus is the run corpus and, after it, the Workflow corpus (SPEC §4.10);
-    # `--traces DIR` replays DIR alone.
-    workflow = trace_paths(WORKFLOW_CORPUS) if args.traces is None else []
+    # The bundled corpus is the run corpus and, after it, the Workflow corpus (SPEC §4.10) and
+    # the approval-domain corpus (SPEC §5, issue 19); `--traces DIR` replays DIR alone.
+    extra = [] if args.traces is not None else [WORKFLOW_CORPUS, APPROVAL_CORPUS]
+    more_paths = {corpus: trace_paths(corpus) for corpus in extra}
     print(f"qlk conform: {len(paths)} traces from {root} against {args.runner}", file=stream)
-    if workflow:
+    for corpus, found in more_paths.items():
+        label = "workflow" if corpus == WORKFLOW_CORPUS else "approved_action"
         print(
-            f"qlk conform: {len(workflow)} workflow traces from {WORKFLOW_CORPUS} against "
-            f"{args.runner}",
+            f"qlk conform: {len(found)} {label} traces from {corpus} against {args.runner}",
             file=stream,
         )
     with _replay_errors(args.runner), _progress(args, ctx) as progress:
         summary = run_corpus(
             paths, args.runner, root=root, dsn=dsn, jobs=args.jobs, progress=progress
         )
-        if workflow:
+        for corpus, found in more_paths.items():
             more = run_corpus(
-                workflow,
-                args.runner,
-                root=WORKFLOW_CORPUS,
-                dsn=dsn,
-                jobs=args.jobs,
-                progress=progress,
+                found, args.runner, root=corpus, dsn=dsn, jobs=args.jobs, progress=progress
             )
-            prefix = f"{WORKFLOW_CORPUS.name}/"
+            prefix = f"{corpus.name}/"
             summary.outcomes.extend(
                 dataclasses.replace(o, path=prefix + o.path) for o in more.outcomes
             )
@@ -357,8 +353,9 @@ def _conform_on(
         print(render_divergences(summary.diverged), file=stream)
     modes: list[ModeResult] = []
     # The modes walk what was replayed: the run corpus, then the Workflow corpus (issue 18
-    # item 3: the Workflow write paths are guarded and killed like the Run ones).
-    walked: Roots = (root, WORKFLOW_CORPUS) if workflow else root
+    # item 3: the Workflow write paths are guarded and killed like the Run ones) and the
+    # approval corpus (issue 19 item 3; a runner without `approved_action` walks none of it).
+    walked: Roots = (root, *more_paths) if more_paths else root
     if not args.no_guards:
         with _replay_errors(args.runner):
             modes.extend(_guard_mode(_factory(args.runner, dsn), walked, ctx))

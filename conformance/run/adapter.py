@@ -18,9 +18,23 @@ from conformance.run.projection import Projection
 from conformance.run.reference import ReferenceStore
 from conformance.run.trace import AnyCommand
 from kernel import Command, Outcome
+from kernel.approved_action import ActionOutcome, is_action_command
 from kernel.workflow import WorkflowOutcome, is_workflow_command
-from runners.engine import Storage, WorkflowStorage, execute, execute_workflow
+from runners.engine import (
+    ActionStorage,
+    Storage,
+    WorkflowStorage,
+    execute,
+    execute_action,
+    execute_workflow,
+)
 from runners.sources import Sources
+
+#: The capability an adapter declares when its store persists the approval domain (SPEC §5,
+#: issue 19: the `approved_actions` and `action_events` rows, `runners.engine.execute_action`)
+#: and answers its two due indexes; a trace with an approval step or query needs it. The cluster
+#: profile refuses Approved Actions (§5.4), so the cluster adapter never declares it.
+APPROVED_ACTION = "approved_action"
 
 #: The capability an adapter declares when its store persists Workflows (SPEC §4.1: the
 #: admission, StepRun and ledger rows beside the Run, `runners.engine.execute_workflow`) and
@@ -82,7 +96,8 @@ def run_step(
 ) -> StepResult:
     """Apply one trace step to a store through the engine, with its fault: a Run command
     through `execute`, a Workflow command through `execute_workflow` (the store then must be a
-    `WorkflowStorage`: the trace needs the `workflow` capability)."""
+    `WorkflowStorage`: the trace needs the `workflow` capability), an approval-domain command
+    through `execute_action` (the `approved_action` capability)."""
     if fault is not None and fault.kind is FaultKind.REOPEN:
         return StepResult("reopened", None)
     assert command is not None
@@ -100,10 +115,13 @@ def run_step(
 
 def execute_command(
     storage: Storage, command: AnyCommand, observed_at_ms: int
-) -> Outcome | WorkflowOutcome:
+) -> Outcome | WorkflowOutcome | ActionOutcome:
     """The engine entry point of `command`'s domain (decision WF-1: its own commands): a Run
     command through `execute`, a Workflow command through `execute_workflow` (the store must
-    then be a `WorkflowStorage`). The kill, guard and lock modes run every write through it."""
+    then be a `WorkflowStorage`), an approval-domain command through `execute_action` (an
+    `ActionStorage`). The kill, guard and lock modes run every write through it."""
+    if is_action_command(command):
+        return execute_action(cast(ActionStorage, storage), command, observed_at_ms)
     if is_workflow_command(command):
         return execute_workflow(cast(WorkflowStorage, storage), command, observed_at_ms)
     return execute(storage, cast(Command, command), observed_at_ms)
@@ -161,6 +179,7 @@ class ReferenceAdapter(StoreAdapter):
             "lost_retry_cluster",
             "guards",
             WORKFLOW,
+            APPROVED_ACTION,
         }
     )
 

@@ -7,7 +7,9 @@ pages), projects through the backdoor reader, and `reopen()` really closes and r
 
 Capabilities: the run domain, faults, the sources, local startup recovery and the local
 lost-retry page semantics (RETRY-17 local), `workflow` (the Workflow rows of SPEC §4.1 through
-`execute_workflow`, and the Workflow sources), and `guards`: `store` is the engine's storage port,
+`execute_workflow`, and the Workflow sources), `approved_action` (the approval domain of SPEC
+§5 through `execute_action`, and its two due indexes; edge and standalone only, §5.4), and
+`guards`: `store` is the engine's storage port,
 so guard mode (`conformance.run.guards`) can probe every guard of every write. Not the cluster
 recovery source nor the cluster page semantics: a trace that needs them is reported as not
 applicable.
@@ -19,12 +21,21 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from conformance.run.adapter import WORKFLOW, StoreAdapter
+from conformance.run.adapter import APPROVED_ACTION, WORKFLOW, StoreAdapter
 from runners.edge.connection import DEFAULT_BUSY_TIMEOUT_MS
 from runners.edge.store import EdgeStore
 
 CAPABILITIES = frozenset(
-    {"run", "faults", "sources", "local_recovery", "lost_retry_local", "guards", WORKFLOW}
+    {
+        "run",
+        "faults",
+        "sources",
+        "local_recovery",
+        "lost_retry_local",
+        "guards",
+        WORKFLOW,
+        APPROVED_ACTION,
+    }
 )
 
 

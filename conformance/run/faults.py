@@ -15,8 +15,14 @@ from dataclasses import dataclass
 from typing import cast
 
 from kernel import RunAggregate
+from kernel.approved_action import ACTION_EFFECT_TYPES, ActionAggregate, AnyActionEffect
 from kernel.workflow import WorkflowAggregate, WorkflowEffect
-from runners.engine import Storage, StorageTransaction, WorkflowStorageTransaction
+from runners.engine import (
+    ActionStorageTransaction,
+    Storage,
+    StorageTransaction,
+    WorkflowStorageTransaction,
+)
 
 #: The capability a trace with any fault step needs (decision M-3), and a runner declares when
 #: its store can run faults inside its own transactions.
@@ -67,11 +73,18 @@ class _FaultyTransaction:
     def load_workflow_of_attempt(self, attempt_id: str) -> WorkflowAggregate | None:
         return self._workflow().load_workflow_of_attempt(attempt_id)
 
-    def execute(self, effect: WorkflowEffect) -> None:
+    def load_action(self, action_id: str) -> ActionAggregate | None:
+        # Approval commands reach only stores with the approval domain (`approved_action`).
+        return cast(ActionStorageTransaction, self._inner).load_action(action_id)
+
+    def execute(self, effect: WorkflowEffect | AnyActionEffect) -> None:
         self.executed += 1
         if self._fail_at is not None and self.executed == self._fail_at:
             raise InjectedIOError(f"injected I/O error at effect {self.executed}")
-        self._workflow().execute(effect)
+        if isinstance(effect, ACTION_EFFECT_TYPES):
+            cast(ActionStorageTransaction, self._inner).execute(effect)
+        else:
+            self._workflow().execute(effect)
 
     def _workflow(self) -> WorkflowStorageTransaction:
         # Workflow commands reach only stores that load Workflows (the `workflow` capability).

@@ -26,6 +26,11 @@ A Workflow write (SPEC §4, issue 18 item 3) is probed the same way on the Workf
 each inserted twice (the admission's, the StepRun's and the ledger's keys: a replayed admission
 must find its row, never write a second, I-W1, WF-19).
 
+An approval write (SPEC §5, issue 19) is probed on the action as `execute_action` loads it:
+`UpdateAction` with an older `expected_version` (the store's `WHERE version = ?`),
+`InsertAction` and `AppendActionEvent` each twice (the action's id and Run id, the Event's
+`(action_id, seq)`), and a start's Run admission effects as above.
+
 Guard mode needs the runner's storage port (`runners.engine.Storage`), so an adapter opts in by
 declaring the capability `guards` and exposing it as `adapter.store`; an adapter without it is
 reported as not applicable for guard mode, never as passed.
@@ -37,7 +42,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from conformance.run.adapter import ConformanceAdapter
 from conformance.run.corpus import RUN_CORPUS, read_trace
@@ -57,6 +62,12 @@ from kernel import (
     UpdatePolicy,
     UpdateRun,
 )
+from kernel.approved_action import (
+    AnyActionEffect,
+    AppendActionEvent,
+    InsertAction,
+    UpdateAction,
+)
 from kernel.specs import AttemptStatus, LeaseStatus
 from kernel.workflow import (
     InsertStepRun,
@@ -65,7 +76,17 @@ from kernel.workflow import (
     UpdateStepRun,
     WorkflowEffect,
 )
-from runners.engine import StaleWrite, Storage, WorkflowStorageTransaction
+from runners.engine import StaleWrite, Storage
+
+#: An effect of any domain: Run, Workflow (SPEC §4) or approval (SPEC §5, issue 19).
+AnyEffect = WorkflowEffect | AnyActionEffect
+
+
+class _Writer(Protocol):
+    """A store's transaction as a probe writes through it: every domain's effects."""
+
+    def execute(self, effect: AnyEffect) -> None: ...
+
 
 #: The capability an adapter declares when `adapter.store` is the engine's storage port.
 GUARDS = "guards"
@@ -82,7 +103,7 @@ class StaleVariant:
     index: int
     effect: str
     guard: str
-    effects: tuple[WorkflowEffect, ...]
+    effects: tuple[AnyEffect, ...]
 
     @property
     def label(self) -> str:
@@ -98,12 +119,13 @@ def _other_lease_status(status: LeaseStatus) -> LeaseStatus:
 
 
 def stale_variants(
-    effect: WorkflowEffect,
-) -> Iterator[tuple[str, tuple[WorkflowEffect, ...]]]:
-    """Every guard of one effect (of either domain), each made stale: `(guard name, statements
+    effect: AnyEffect,
+) -> Iterator[tuple[str, tuple[AnyEffect, ...]]]:
+    """Every guard of one effect (of any domain), each made stale: `(guard name, statements
     to execute)`. The last effect of each tuple is the one the store must refuse."""
-    if isinstance(effect, UpdateRun | UpdateStepRun):
-        # The Run CAS (V-1) and the StepRun epoch CAS (SPEC §4.1): an older version.
+    if isinstance(effect, UpdateRun | UpdateStepRun | UpdateAction):
+        # The Run CAS (V-1), the StepRun epoch CAS (SPEC §4.1) and the action's CAS (issue 19):
+        # an older version.
         yield (
             "version",
             (dataclasses.replace(effect, expected_version=effect.expected_version - 1),),
@@ -139,10 +161,13 @@ def stale_variants(
         | InsertLease
         | InsertWorkflowAdmission
         | InsertStepRun
-        | InsertTaskAdmission,
+        | InsertTaskAdmission
+        | InsertAction
+        | AppendActionEvent,
     ):
         # The same row twice: its key (for a ledger entry the Attempt id, and with it the
-        # unique StepRun epoch and Event id, I-W1) must refuse the second.
+        # unique StepRun epoch and Event id, I-W1; an action's id and Run id; an action
+        # Event's `(action_id, seq)`) must refuse the second.
         yield "duplicate", (effect, effect)
     elif isinstance(effect, AppendEvent):
         yield "duplicate", (effect, effect)
@@ -154,7 +179,7 @@ def stale_variants(
         yield "dedupe_key", (effect, AppendEvent(again))
 
 
-def variants_of(effects: Sequence[WorkflowEffect]) -> Iterator[StaleVariant]:
+def variants_of(effects: Sequence[AnyEffect]) -> Iterator[StaleVariant]:
     """Every stale variant of every effect, preceded by the effects before it, as they are."""
     for index, effect in enumerate(effects):
         prefix = tuple(effects[:index])
@@ -241,9 +266,10 @@ def _probe(store: Storage, command: AnyCommand, at: int, variant: StaleVariant) 
             if effects_of(outcome) is None:
                 answer = f"{outcome.kind.value} {outcome.code.value}"
                 return _Probe("problem", f"the kernel now answers {answer}")
-            # A Workflow write's effects go to the same transaction (the store persists both
-            # domains; a trace with a Workflow step needs the `workflow` capability).
-            writer = cast(WorkflowStorageTransaction, tx)
+            # A Workflow or approval write's effects go to the same transaction (the store
+            # persists every domain its trace needs: the `workflow` or `approved_action`
+            # capability).
+            writer = cast(_Writer, tx)
             *before, stale = variant.effects
             for effect in before:
                 writer.execute(effect)

@@ -60,6 +60,7 @@ from conformance.run.projection import Projection, diff
 from conformance.run.trace import Step
 from conformance.run.walk import Roots, WritePath, every_write, run_write
 from kernel import Outcome
+from kernel.approved_action import ActionOutcome
 from kernel.workflow import WorkflowOutcome
 from runners.cluster.named_sql import STATEMENTS
 from runners.cluster.store import ClusterStore
@@ -204,7 +205,7 @@ def _watching(before: Callable[[Connection, str], None]) -> Iterator[None]:
             setattr(owner, name, original)
 
 
-def _outcome(outcome: Outcome | WorkflowOutcome) -> tuple[str, str]:
+def _outcome(outcome: Outcome | WorkflowOutcome | ActionOutcome) -> tuple[str, str]:
     return outcome.kind.value, outcome.code.value
 
 

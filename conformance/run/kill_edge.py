@@ -40,7 +40,7 @@ from conformance.run.trace import AnyCommand, Step
 from conformance.run.walk import Roots, WritePath, every_write
 from runners.edge.store import EdgeStore
 
-__all__ = ["KillResult", "WritePath", "kill_every_write", "kill_write"]
+__all__ = ["KillResult", "WritePath", "kill_at", "kill_every_write", "kill_write"]
 
 FILES = ("", "-wal", "-shm")
 
@@ -102,6 +102,29 @@ def _killed_child(path: Path, command: AnyCommand, at: int, k: int, n: int) -> N
     if k >= n:
         os.kill(os.getpid(), signal.SIGKILL)
     os._exit(3)  # the kill did not happen: reported as a failure by the parent
+
+
+def kill_at(path: Path, command: AnyCommand, at: int, *, committed: bool) -> bool:
+    """SIGKILL a child process running `command` on the database file `path` itself, just
+    before its last statement (`COMMIT`: nothing of it is durable) or, `committed`, right after
+    the write returned (the response is lost). True when the child died by SIGKILL. The caller
+    reopens the file and redelivers (the approval corpus's kill-at-every-step check, issue 19)."""
+    dry = path.with_name(path.name + ".dry")
+    _copy(path, dry)
+    try:
+        n = _count_statements(dry, command, at)
+    finally:
+        for suffix in FILES:
+            Path(f"{dry}{suffix}").unlink(missing_ok=True)
+    k = n if committed else n - 1
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child never returns
+        try:
+            _killed_child(path, command, at, k, n)
+        finally:
+            os._exit(4)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
 
 
 def kill_write(pre: Path, path: WritePath, scratch: Path) -> KillResult:

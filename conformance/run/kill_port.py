@@ -25,7 +25,8 @@ diff. The parent then continues the trace from the after-state the last child co
 Write paths are the corpus's, walked by `conformance.run.walk` (the first applied occurrence of
 every (command, outcome code) pair, named traces first). A Workflow command (SPEC §4) is one
 `execute_workflow` transaction like any other write: an adapter that declares `kill` and
-`workflow` has its Workflow write paths killed at the same boundaries (WF-05). An adapter
+`workflow` has its Workflow write paths killed at the same boundaries (WF-05), and one that
+declares `approved_action` its approval write paths (SPEC §5, issue 19). An adapter
 without the port is not killed: `missing_port` says which part it lacks, and `qlk conform`
 reports kill mode as not run, never as passed.
 """
@@ -38,7 +39,7 @@ import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import cast
+from typing import Protocol, cast
 
 from conformance.run.adapter import KILL, ConformanceAdapter, KillPort
 from conformance.run.corpus import RUN_CORPUS
@@ -46,10 +47,24 @@ from conformance.run.projection import Projection, diff
 from conformance.run.trace import Step
 from conformance.run.walk import Roots, WritePath, decide, effects_of, every_write, run_write
 from kernel import Outcome, RunAggregate
+from kernel.approved_action import ActionAggregate, ActionOutcome, AnyActionEffect
 from kernel.workflow import WorkflowAggregate, WorkflowEffect, WorkflowOutcome
-from runners.engine import Storage, StorageTransaction, WorkflowStorageTransaction
+from runners.engine import (
+    ActionStorageTransaction,
+    Storage,
+    StorageTransaction,
+    WorkflowStorageTransaction,
+)
 
 __all__ = ["PortKillReport", "PortKillResult", "kill_every_write", "missing_port"]
+
+#: An effect of any domain: Run, Workflow (SPEC §4) or approval (SPEC §5, issue 19).
+AnyEffect = WorkflowEffect | AnyActionEffect
+
+
+class _Writer(Protocol):
+    def execute(self, effect: AnyEffect) -> None: ...
+
 
 #: A child that neither dies at its boundary nor returns within this many seconds is stopped
 #: by SIGALRM and reported (a hung store must not hang the suite); far above any real write.
@@ -144,11 +159,15 @@ class _KillingTransaction:
         inner = cast(WorkflowStorageTransaction, self._inner)
         return inner.load_workflow_of_attempt(attempt_id)
 
-    def execute(self, effect: WorkflowEffect) -> None:
+    # An approval write (SPEC §5, issue 19) loads its action (the `approved_action` capability).
+    def load_action(self, action_id: str) -> ActionAggregate | None:
+        return cast(ActionStorageTransaction, self._inner).load_action(action_id)
+
+    def execute(self, effect: AnyEffect) -> None:
         if self.executed == self._at:
             _die()
         self.executed += 1
-        cast(WorkflowStorageTransaction, self._inner).execute(effect)
+        cast(_Writer, self._inner).execute(effect)
 
 
 class _KillingStorage:
@@ -168,7 +187,7 @@ class _KillingStorage:
                 _die()
 
 
-def _boundary(k: int, effects: tuple[WorkflowEffect, ...]) -> str:
+def _boundary(k: int, effects: tuple[AnyEffect, ...]) -> str:
     m = len(effects)
     if k < m:
         return f"before effect {k + 1}/{m} ({type(effects[k]).__name__})"
@@ -221,10 +240,10 @@ class _Abort(Exception):
     """Raised in the parent's dry transaction so that the store rolls it back."""
 
 
-def _effects_of(store: Storage, path: WritePath) -> tuple[WorkflowEffect, ...] | str:
+def _effects_of(store: Storage, path: WritePath) -> tuple[AnyEffect, ...] | str:
     """The effects the kernel returns for the write in the store's current state (a transaction
     that is rolled back), or why there are none."""
-    found: list[Outcome | WorkflowOutcome] = []
+    found: list[Outcome | WorkflowOutcome | ActionOutcome] = []
     try:
         with store.transaction() as tx:
             found.append(decide(tx, path.command, path.observed_at_ms))

@@ -47,9 +47,15 @@ from conformance.run.edge import EdgeAdapter, make_edge_adapter
 from conformance.run.trace import Step
 from conformance.run.walk import Roots, WritePath, every_write, run_write
 from kernel import RunAggregate
+from kernel.approved_action import ActionAggregate, AnyActionEffect
 from kernel.workflow import WorkflowAggregate, WorkflowEffect
 from runners.edge.named_sql import STATEMENTS as EDGE_STATEMENTS
-from runners.engine import Storage, StorageTransaction, WorkflowStorageTransaction
+from runners.engine import (
+    ActionStorageTransaction,
+    Storage,
+    StorageTransaction,
+    WorkflowStorageTransaction,
+)
 from runners.named_sql import load
 
 __all__ = [
@@ -99,9 +105,11 @@ class LockReport:
 class Contender(Protocol):
     """A runner's second connection, contending for what a write loaded (see the module doc)."""
 
-    def hold(self, tx: StorageTransaction, aggregate: RunAggregate) -> list[str]:
+    def hold(self, tx: StorageTransaction, aggregate: RunAggregate | None) -> list[str]:
         """In the write's transaction after the load: start the contenders and prove each one
-        blocked; return the findings (a contender that got through ended its transaction)."""
+        blocked; return the findings (a contender that got through ended its transaction).
+        `aggregate` is the Run the write loaded; None for an approval write on an action
+        whose Run does not exist yet (the action row is what it loaded)."""
         ...
 
     def finish(self) -> tuple[int, list[str]]:
@@ -110,16 +118,25 @@ class Contender(Protocol):
         ...
 
 
+#: What a held transaction calls once, after the load and before the first effect.
+_Hold = Callable[[StorageTransaction, RunAggregate | None], None]
+
+
+class _Writer(Protocol):
+    """A store's transaction as a write executes through it: every domain's effects."""
+
+    def execute(self, effect: WorkflowEffect | AnyActionEffect) -> None: ...
+
+
 class _Held:
     """The write's transaction: the loads as they are, `hold` run once before the first
     effect (the aggregate is loaded and, on PostgreSQL, locked; nothing is written yet)."""
 
-    def __init__(
-        self, inner: StorageTransaction, hold: Callable[[StorageTransaction, RunAggregate], None]
-    ) -> None:
+    def __init__(self, inner: StorageTransaction, hold: _Hold) -> None:
         self._inner = inner
         self._hold = hold
         self._loaded: RunAggregate | None = None
+        self._action_loaded = False
         self._held = False
 
     def __getattr__(self, name: str) -> Any:
@@ -148,20 +165,27 @@ class _Held:
             self._loaded = loaded.core
         return loaded
 
-    def execute(self, effect: WorkflowEffect) -> None:
+    # An approval write (SPEC §5, issue 19) loads an action and the Run under its Run id;
+    # the contenders contend while it holds them (on SQLite, its `BEGIN IMMEDIATE`).
+    def load_action(self, action_id: str) -> ActionAggregate | None:
+        loaded = cast(ActionStorageTransaction, self._inner).load_action(action_id)
+        if loaded is not None:
+            self._action_loaded = True
+            self._loaded = loaded.run
+        return loaded
+
+    def execute(self, effect: WorkflowEffect | AnyActionEffect) -> None:
         if not self._held:
             self._held = True
-            if self._loaded is not None:
+            if self._loaded is not None or self._action_loaded:
                 self._hold(self._inner, self._loaded)
-        cast(WorkflowStorageTransaction, self._inner).execute(effect)
+        cast(_Writer, self._inner).execute(effect)
 
 
 class _Holding:
     """A `Storage` whose transactions are `_Held`."""
 
-    def __init__(
-        self, inner: Storage, hold: Callable[[StorageTransaction, RunAggregate], None]
-    ) -> None:
+    def __init__(self, inner: Storage, hold: _Hold) -> None:
         self._inner = inner
         self._hold = hold
 
@@ -176,7 +200,7 @@ def probe_write(store: Storage, step: Step, path: WritePath, contender: Contende
     its load; it must still apply as the step expects. The store is left in the after-state."""
     findings: list[str] = []
 
-    def hold(tx: StorageTransaction, aggregate: RunAggregate) -> None:
+    def hold(tx: StorageTransaction, aggregate: RunAggregate | None) -> None:
         findings.extend(contender.hold(tx, aggregate))
 
     try:
@@ -220,7 +244,7 @@ class SqliteContender:
             self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False
         )
 
-    def hold(self, tx: StorageTransaction, aggregate: RunAggregate) -> list[str]:
+    def hold(self, tx: StorageTransaction, aggregate: RunAggregate | None) -> list[str]:
         conn = self._connect(0.0)
         try:
             conn.execute(EDGE_STATEMENTS["begin_immediate"])

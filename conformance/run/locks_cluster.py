@@ -67,7 +67,9 @@ class PostgresContender:
         self.monitor = monitor
         self._waiting: list[tuple[str, _Waiter]] = []
 
-    def hold(self, tx: StorageTransaction, aggregate: RunAggregate) -> list[str]:
+    def hold(self, tx: StorageTransaction, aggregate: RunAggregate | None) -> list[str]:
+        if aggregate is None:  # an approval write: never on the cluster runner (SPEC §5.4)
+            return []
         writer: int = getattr(tx, "connection").info.backend_pid  # noqa: B009 - the store's own
         findings: list[str] = []
         for statement, rows, present in _ROWS:

@@ -21,6 +21,7 @@ from typing import Any, Protocol, cast
 
 from conformance.run.faults import Fault, FaultKind, InjectedIOError
 from kernel import Effect, LostRetryPageResult, Page, Profile, RunAggregate
+from kernel.approved_action import ActionCursor, ActionSource, DuePage
 from runners.engine import Storage, StorageTransaction
 from runners.passes import (
     ExpiryPageResult,
@@ -45,11 +46,18 @@ SOURCE_PARAMS: dict[str, tuple[str, ...]] = {
     "task_admission": ("observed_at_ms", "after"),
     "task_dispatch": ("local_executor_type", "after"),
     "task_recovery": ("after",),
+    # The approval domain's two due indexes (SPEC §5.1, issue 19): `after` is `[at_ms, action_id]`.
+    "approval_dispatch": ("after",),
+    "approval_recovery": ("after",),
 }
 
 #: The capability of a store with Workflows (`conformance.run.adapter.WORKFLOW`): it also
 #: answers the five Workflow sources.
 WORKFLOW_SOURCES = "workflow"
+
+#: The capability of a store with the approval domain (`conformance.run.adapter.APPROVED_ACTION`):
+#: it also answers the two due indexes of `kernel.approved_action.selection`.
+ACTION_SOURCES = "approved_action"
 
 #: The capability an adapter must declare to be asked a source or a page mode.
 SOURCE_CAPABILITIES: dict[str, str] = {
@@ -65,6 +73,8 @@ SOURCE_CAPABILITIES: dict[str, str] = {
     "task_admission": WORKFLOW_SOURCES,
     "task_dispatch": WORKFLOW_SOURCES,
     "task_recovery": WORKFLOW_SOURCES,
+    "approval_dispatch": ACTION_SOURCES,
+    "approval_recovery": ACTION_SOURCES,
 }
 LOCAL_PAGES = "lost_retry_local"  # RETRY-17 local: errored candidates are counted, page goes on
 CLUSTER_PAGES = "lost_retry_cluster"  # RETRY-17 cluster: the first error stops the page closed
@@ -120,6 +130,15 @@ class ExpiryPass:
 
 
 PageRequest = SourceQuery | LostRetryPass | ExpiryPass
+
+
+class ActionSources(Protocol):
+    """The due indexes a store with the `approved_action` capability answers (SPEC §5.1; the
+    edge and reference stores do): one page of `kernel.approved_action.selection.due_page`."""
+
+    def action_page(
+        self, source: ActionSource, after: ActionCursor | None, limit: int
+    ) -> DuePage: ...
 
 
 class WorkflowSources(Protocol):
@@ -191,6 +210,23 @@ def expiry_view(result: ExpiryPageResult) -> dict[str, Any]:
     }
 
 
+def action_page_view(page: DuePage) -> dict[str, Any]:
+    """The canonical form of a due page: the action ids in keyset order, `has_more` (the
+    port's `truncated`) and the cursor (`[at_ms, action_id]` of the last item, or None)."""
+    cursor = page.next_cursor
+    return {
+        "items": [key.action_id for key in page.keys],
+        "has_more": page.truncated,
+        "cursor": None if cursor is None else [cursor.at_ms, cursor.action_id],
+    }
+
+
+def query_action_page(sources: ActionSources, query: SourceQuery) -> dict[str, Any]:
+    """Ask a store's due index for the page a `query approval_*` step names."""
+    after = None if query.after is None else ActionCursor(int(query.after[0]), str(query.after[1]))
+    return action_page_view(sources.action_page(ActionSource(query.source), after, query.limit))
+
+
 def query_page(sources: Sources, query: SourceQuery, observed_at_ms: int) -> Page[Any]:
     """Ask a store's source for the page a `query` step names."""
     after: Any = query.after
@@ -220,6 +256,10 @@ def query_page(sources: Sources, query: SourceQuery, observed_at_ms: int) -> Pag
 
 WORKFLOW_QUERIES = frozenset(
     name for name, capability in SOURCE_CAPABILITIES.items() if capability == WORKFLOW_SOURCES
+)
+#: The approval domain's sources (`ActionSources`; their page has action ids for items).
+ACTION_QUERIES = frozenset(
+    name for name, capability in SOURCE_CAPABILITIES.items() if capability == ACTION_SOURCES
 )
 
 
@@ -280,6 +320,11 @@ def run_page(
 ) -> PageResult:
     """Apply one page step to a store. A `pass` may carry `io_error` with `at_candidate`."""
     if isinstance(request, SourceQuery):
+        if request.source in ACTION_QUERIES:
+            # The trace's `approved_action` capability vouches for the store.
+            return PageResult(
+                "page", None, query_action_page(cast(ActionSources, sources), request)
+            )
         return PageResult("page", None, page_view(query_page(sources, request, observed_at_ms)))
     target: Storage = storage
     if fault is not None and fault.kind is FaultKind.IO_ERROR and fault.at_candidate is not None:

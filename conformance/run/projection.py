@@ -14,13 +14,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kernel import Attempt, Event, Lease, Run, RunAggregate, RunRetryPolicy
+from kernel.approved_action import ActionEvent, ApprovedAction, action_event_row, action_row
 from kernel.workflow import StepRun, TaskAdmission, WorkflowAdmission, WorkflowAggregate
 
 Projection = dict[str, list[dict[str, Any]]]
 #: The Workflow tables (SPEC §4.1) are in a projection only when they hold a row, so the
 #: projection of a store without Workflows is the Run domain's five tables alone.
 WORKFLOW_TABLES = ("workflow_admissions", "step_runs", "task_admissions")
-TABLES = ("runs", "attempts", "policies", "leases", "events", *WORKFLOW_TABLES)
+#: The approval domain's tables (SPEC §5, issue 19), likewise only when they hold a row; their
+#: rows are `kernel.approved_action.codec`'s, the edge tables' columns (the backdoor reader's).
+ACTION_TABLES = ("approved_actions", "action_events")
+TABLES = ("runs", "attempts", "policies", "leases", "events", *WORKFLOW_TABLES, *ACTION_TABLES)
 
 
 @functools.cache
@@ -56,9 +60,12 @@ def project(
     aggregates: Iterable[RunAggregate],
     events: Mapping[str, Iterable[Event]],
     workflows: Iterable[WorkflowAggregate] = (),
+    *,
+    actions: Iterable[ApprovedAction] = (),
+    action_events: Iterable[ActionEvent] = (),
 ) -> Projection:
-    """Project aggregates and their Events (keyed by run id), and the Workflow rows of
-    `workflows`, canonically."""
+    """Project aggregates and their Events (keyed by run id), the Workflow rows of
+    `workflows`, and the approval domain's `actions` and `action_events`, canonically."""
     runs: list[dict[str, Any]] = []
     attempts: list[dict[str, Any]] = []
     policies: list[dict[str, Any]] = []
@@ -91,6 +98,14 @@ def project(
         out["task_admissions"] = sorted(ledger, key=lambda r: r["attempt_id"])
         if not ledger:
             del out["task_admissions"]
+    action_rows = sorted((action_row(a) for a in actions), key=lambda r: r["action_id"])
+    if action_rows:
+        out["approved_actions"] = action_rows
+    event_rows = sorted(
+        (action_event_row(e) for e in action_events), key=lambda r: (r["action_id"], r["seq"])
+    )
+    if event_rows:
+        out["action_events"] = event_rows
     return out
 
 
@@ -103,6 +118,8 @@ _KEYS = {
     "workflow_admissions": ("run_id",),
     "step_runs": ("step_run_id",),
     "task_admissions": ("attempt_id",),
+    "approved_actions": ("action_id",),
+    "action_events": ("action_id", "seq"),
 }
 
 

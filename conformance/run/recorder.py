@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from conformance.run.adapter import WORKFLOW, ReferenceAdapter, StepResult
+from conformance.run.adapter import APPROVED_ACTION, WORKFLOW, ReferenceAdapter, StepResult
 from conformance.run.faults import FAULTS_CAPABILITY, Fault
 from conformance.run.pages import PageRequest
 from conformance.run.trace import (
@@ -20,6 +20,7 @@ from conformance.run.trace import (
     projection_digest,
 )
 from kernel import Rejected
+from kernel.approved_action import ACTION_COMMANDS_BY_NAME, is_action_command
 from kernel.workflow import is_workflow_command
 
 
@@ -47,6 +48,9 @@ class Recorder:
         if command is not None and is_workflow_command(command):
             # SPEC §7: a Workflow step needs a store that persists Workflows (§4.1).
             self.capabilities.add(WORKFLOW)
+        if command is not None and is_action_command(command):
+            # SPEC §5 (issue 19): an approval step needs a store with the approval domain.
+            self.capabilities.add(APPROVED_ACTION)
         result = self.adapter.apply(command, observed_at_ms, fault)
         projection = self.adapter.project()
         self.steps.append(
@@ -71,6 +75,8 @@ class Recorder:
         if not isinstance(decoded, Rejected):
             return self.step(decoded, observed_at_ms, fault)
         self._note_fault(fault)
+        if command.name in ACTION_COMMANDS_BY_NAME:
+            self.capabilities.add(APPROVED_ACTION)
         projection = self.adapter.project()
         result = StepResult(decoded.kind.value, decoded.code.value)
         self.steps.append(

@@ -23,6 +23,20 @@ from kernel import (
     RunAggregate,
     apply_effects,
 )
+from kernel.approved_action import (
+    ACTION_EFFECT_TYPES,
+    ActionAggregate,
+    ActionCursor,
+    ActionEffect,
+    ActionEvent,
+    ActionSource,
+    AnyActionEffect,
+    ApprovedAction,
+    DuePage,
+    InsertAction,
+    UpdateAction,
+    due_page,
+)
 from kernel.workflow import (
     InsertStepRun,
     InsertTaskAdmission,
@@ -47,6 +61,9 @@ class _State:
     admissions: dict[str, WorkflowAdmission] = field(default_factory=dict)
     step_runs: dict[str, StepRun] = field(default_factory=dict)
     ledger: dict[str, TaskAdmission] = field(default_factory=dict)
+    # The approval domain's rows (SPEC §5, issue 19): actions by id and their Events.
+    actions: dict[str, ApprovedAction] = field(default_factory=dict)
+    action_events: dict[str, list[ActionEvent]] = field(default_factory=dict)
 
 
 class ReferenceTransaction:
@@ -76,8 +93,42 @@ class ReferenceTransaction:
         run_id = self._state.attempt_index.get(attempt_id)
         return None if run_id is None else self.load_workflow(run_id)
 
-    def execute(self, effect: WorkflowEffect) -> None:
+    def load_action(self, action_id: str) -> ActionAggregate | None:
+        """An approved action and the Run under its Run id (the reconciler's evidence)."""
+        action = self._state.actions.get(action_id)
+        if action is None:
+            return None
+        return ActionAggregate(action, self._state.aggregates.get(action.run_id))
+
+    def _execute_action(self, effect: ActionEffect) -> None:
+        """The approval domain's effects with the edge tables' keys and guards: an action id
+        and a Run id are each held by one action, an update is a CAS on `version`, an Event's
+        key is `(action_id, seq)` and its action must exist."""
         state = self._state
+        if isinstance(effect, InsertAction):
+            row = effect.row
+            taken = any(a.run_id == row.run_id for a in state.actions.values())
+            if row.action_id in state.actions or taken:
+                raise StaleWrite("action id or its Run id exists")
+            state.actions[row.action_id] = row
+            return
+        if isinstance(effect, UpdateAction):
+            current = state.actions.get(effect.row.action_id)
+            if current is None or current.version != effect.expected_version:
+                raise StaleWrite("action version")
+            state.actions[effect.row.action_id] = effect.row
+            return
+        event = effect.event
+        log = state.action_events.setdefault(event.action_id, [])
+        if event.action_id not in state.actions or any(e.seq == event.seq for e in log):
+            raise StaleWrite("action event seq exists or its action does not")
+        log.append(event)
+
+    def execute(self, effect: WorkflowEffect | AnyActionEffect) -> None:
+        state = self._state
+        if isinstance(effect, ACTION_EFFECT_TYPES):
+            self._execute_action(effect)
+            return
         if isinstance(effect, InsertWorkflowAdmission):
             if effect.row.run_id in state.admissions or effect.row.run_id not in state.aggregates:
                 raise StaleWrite("workflow admission exists or its Run does not")
@@ -135,7 +186,8 @@ class ReferenceTransaction:
 
 class ReferenceStore(SelectionSources, WorkflowSelectionSources):
     """A dictionary of aggregates and Event logs behind the storage port; its sources are the
-    kernel's selection oracle itself (`SelectionSources` over `aggregates()`)."""
+    kernel's selection oracle itself (`SelectionSources` over `aggregates()`, the approval
+    domain's due indexes `kernel.approved_action.selection.due_page` over `actions()`)."""
 
     def __init__(self) -> None:
         self._state = _State()
@@ -149,6 +201,8 @@ class ReferenceStore(SelectionSources, WorkflowSelectionSources):
         scratch.admissions = dict(self._state.admissions)
         scratch.step_runs = dict(self._state.step_runs)
         scratch.ledger = dict(self._state.ledger)
+        scratch.actions = dict(self._state.actions)
+        scratch.action_events = {k: list(v) for k, v in self._state.action_events.items()}
         yield ReferenceTransaction(scratch)
         self._state = scratch  # commit only when the block did not raise
 
@@ -163,8 +217,22 @@ class ReferenceStore(SelectionSources, WorkflowSelectionSources):
         found = (tx.load_workflow(run_id) for run_id in self._state.admissions)
         return [wf for wf in found if wf is not None]
 
+    def actions(self) -> list[ApprovedAction]:
+        return list(self._state.actions.values())
+
+    def action_page(self, source: ActionSource, after: ActionCursor | None, limit: int) -> DuePage:
+        """One page of a due index: the kernel's oracle itself."""
+        return due_page(self._state.actions.values(), source, after, limit)
+
     def project(self) -> Projection:
-        return project(self._state.aggregates.values(), self._state.events, self.workflows())
+        events = [e for log in self._state.action_events.values() for e in log]
+        return project(
+            self._state.aggregates.values(),
+            self._state.events,
+            self.workflows(),
+            actions=self._state.actions.values(),
+            action_events=events,
+        )
 
 
 def _ordinal(step: StepRun) -> int:

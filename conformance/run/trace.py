@@ -18,6 +18,7 @@ from typing import Any
 import kernel
 from conformance.run.faults import Fault, FaultKind
 from conformance.run.pages import (
+    ACTION_QUERIES,
     SOURCE_PARAMS,
     ExpiryPass,
     LostRetryPass,
@@ -36,6 +37,13 @@ from kernel import (
     decode_provider_policy,
     encode_command,
 )
+from kernel.approved_action import (
+    ACTION_COMMANDS_BY_NAME,
+    ActionCommand,
+    decode_action_command,
+    encode_action_command,
+    is_action_command,
+)
 from kernel.workflow import (
     WORKFLOW_COMMANDS_BY_NAME,
     WorkflowCommand,
@@ -44,9 +52,11 @@ from kernel.workflow import (
     is_workflow_command,
 )
 
-#: A command a trace step carries: a Run command (`kernel.codec`) or a Workflow command
-#: (`kernel.workflow.codec`, SPEC §4); the replay sends each to its own engine entry point.
-AnyCommand = Command | WorkflowCommand
+#: A command a trace step carries: a Run command (`kernel.codec`), a Workflow command
+#: (`kernel.workflow.codec`, SPEC §4) or an approval-domain command
+#: (`kernel.approved_action.trace_codec`, SPEC §5, issue 19); the replay sends each to its own
+#: engine entry point.
+AnyCommand = Command | WorkflowCommand | ActionCommand
 
 TRACE_VERSION = 1
 COMPONENTS = ("run", "journal", "workflow", "approved_action")
@@ -155,6 +165,10 @@ class TokenNames:
 
 
 def encode_trace_command(command: AnyCommand, names: TokenNames) -> TraceCommand:
+    if is_action_command(command):
+        # `request_approval`'s admission policy travels beside the arguments, as for admit_run.
+        name, args, action_policy = encode_action_command(command)
+        return TraceCommand(name=name, args=args, provider_policy=action_policy)
     if is_workflow_command(command):
         name, args = encode_workflow_command(command, encode_secret=names.name_of)
         return TraceCommand(name=name, args=args)
@@ -181,7 +195,13 @@ def _decode_token(value: object, field: str) -> Secret:
 def decode_trace_command(command: TraceCommand) -> AnyCommand | Rejected:
     """The command of a trace step, strictly decoded by its domain's codec: a Workflow name
     (`admit_workflow`, `admit_task`, ...) by `kernel.workflow.codec`, any other by
-    `kernel.codec` (which refuses an unknown name)."""
+    `kernel.codec` (which refuses an unknown name); an approval-domain name (`request_approval`,
+    `approve_action`, ...) by `kernel.approved_action.trace_codec`."""
+    if command.name in ACTION_COMMANDS_BY_NAME:
+        action_policy = None
+        if command.provider_policy is not None:
+            action_policy = decode_provider_policy(command.provider_policy)
+        return decode_action_command(command.name, command.args, provider_policy=action_policy)
     if command.name in WORKFLOW_COMMANDS_BY_NAME:
         if command.provider_policy is not None:
             raise CommandError("provider_policy", "only admit_run takes a provider policy")
@@ -447,6 +467,8 @@ def _page_request(obj: Mapping[str, Any], line: int) -> PageRequest | None:
         after = query.get("after")
         if after is not None and not isinstance(after, list):
             raise TraceFormatError(line, "query.after", "must be a key (a list) or null")
+        if source in ACTION_QUERIES and after is not None and not _action_key(after):
+            raise TraceFormatError(line, "query.after", "must be [at_ms, action_id] or null")
         started = query.get("process_started_at_ms")
         executor = query.get("local_executor_type")
         if "process_started_at_ms" in params and not isinstance(started, int):
@@ -478,6 +500,17 @@ def _page_request(obj: Mapping[str, Any], line: int) -> PageRequest | None:
             attempt_suffix=_take(page, "attempt_suffix", str, line),
         )
     return None
+
+
+def _action_key(after: list[Any]) -> bool:
+    """Whether `after` is a due-index key of the approval domain, `[at_ms, action_id]`."""
+    return (
+        len(after) == 2
+        and type(after[0]) is int
+        and after[0] >= 0
+        and isinstance(after[1], str)
+        and bool(after[1])
+    )
 
 
 def _expiry_pass(page: Mapping[str, Any], line: int) -> ExpiryPass:

@@ -2,9 +2,10 @@
 (issue 16 items 2 and 3, issue 18 item 3; RUN-06, RETRY-10, B-35, D-2, WF-05).
 
 A write path is the first applied occurrence of a (command, outcome code) pair in the corpus,
-named traces first, each in the state its own trace built on a fresh adapter. Run commands and
-Workflow commands alike (SPEC §4: a Workflow command is one transaction through
-`runners.engine.execute_workflow`, `run_write` picks the entry point); a corpus may be several
+named traces first, each in the state its own trace built on a fresh adapter. Run commands,
+Workflow commands and approval-domain commands alike (SPEC §4: a Workflow command is one
+transaction through `runners.engine.execute_workflow`; SPEC §5, issue 19: an approval command
+one through `execute_action`; `run_write` picks the entry point); a corpus may be several
 roots (the run corpus, then the Workflow corpus), walked in order with one set of pairs seen, so
 a Run command that a Workflow trace also applies is not faulted twice. `every_write`
 replays each trace that has a new path, hands every new path to `handle` in its pre-state
@@ -32,6 +33,13 @@ from conformance.run.projection import diff
 from conformance.run.replay import apply_step, step_label
 from conformance.run.trace import AnyCommand, Step, decode_trace_command
 from kernel import Applied, Command, Effect, Outcome, Rejected, apply
+from kernel.approved_action import (
+    ActionApplied,
+    ActionOutcome,
+    AnyActionEffect,
+    apply_action,
+    is_action_command,
+)
 from kernel.workflow import (
     WorkflowApplied,
     WorkflowEffect,
@@ -40,6 +48,7 @@ from kernel.workflow import (
     is_workflow_command,
 )
 from runners.engine import (
+    ActionStorageTransaction,
     Storage,
     StorageTransaction,
     WorkflowStorageTransaction,
@@ -92,15 +101,21 @@ def write_of(trace: str, step: Step) -> WritePath | None:
     return WritePath(trace, step.step, command, step.observed_at_ms, step.expect.code or "")
 
 
-def run_write(storage: Storage, path: WritePath) -> Outcome | WorkflowOutcome:
+def run_write(storage: Storage, path: WritePath) -> Outcome | WorkflowOutcome | ActionOutcome:
     """Run the write of `path` on `storage` through the engine entry point of its domain."""
     return execute_command(storage, path.command, path.observed_at_ms)
 
 
-def decide(tx: StorageTransaction, command: AnyCommand, at: int) -> Outcome | WorkflowOutcome:
+def decide(
+    tx: StorageTransaction, command: AnyCommand, at: int
+) -> Outcome | WorkflowOutcome | ActionOutcome:
     """The kernel's answer to `command` at `at` on what `tx` loads, as the engine asks it: the
-    Run transition on the Run aggregate, or the Workflow transition on the Workflow aggregate
-    (`tx` must then be a `WorkflowStorageTransaction`). Nothing is written."""
+    Run transition on the Run aggregate, the Workflow transition on the Workflow aggregate
+    (`tx` must then be a `WorkflowStorageTransaction`), or the approval transition on the
+    action and its Run (an `ActionStorageTransaction`). Nothing is written."""
+    if is_action_command(command):
+        action = cast(ActionStorageTransaction, tx).load_action(command.action_id)
+        return apply_action(action, command, at)
     if is_workflow_command(command):
         loaded = load_workflow_for(cast(WorkflowStorageTransaction, tx), command)
         return apply_workflow(loaded, command, at)
@@ -109,10 +124,10 @@ def decide(tx: StorageTransaction, command: AnyCommand, at: int) -> Outcome | Wo
 
 
 def effects_of(
-    outcome: Outcome | WorkflowOutcome,
-) -> tuple[Effect | WorkflowEffect, ...] | None:
-    """The effects of an applied outcome of either domain, or None when it did not apply."""
-    if isinstance(outcome, Applied | WorkflowApplied):
+    outcome: Outcome | WorkflowOutcome | ActionOutcome,
+) -> tuple[Effect | WorkflowEffect | AnyActionEffect, ...] | None:
+    """The effects of an applied outcome of any domain, or None when it did not apply."""
+    if isinstance(outcome, Applied | WorkflowApplied | ActionApplied):
         return outcome.effects
     return None
 

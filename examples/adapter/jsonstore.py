@@ -30,7 +30,11 @@ It decides nothing (ARCHITECTURE rule 1). It uses three kernel helpers, each for
 
 It declares the `workflow` capability: a Workflow is a Run (`kind = workflow`) whose entry also
 holds its admission, StepRuns and Task admission ledger, so one Workflow transaction is still one
-new version of the file (I-W4).
+new version of the file (I-W4). It declares `approved_action` too (SPEC §5, issue 19): the
+approval requests and their Events sit beside the Runs in the same file (the rows of
+`kernel.approved_action.codec`), so a start, which ends the action and admits its Run, is still
+one new version of the file; `kernel.approved_action.selection.due_page` answers the two due
+indexes.
 """
 
 from __future__ import annotations
@@ -62,6 +66,23 @@ from kernel import (
     RunRetryPolicy,
     apply_effects,
 )
+from kernel.approved_action import (
+    ACTION_EFFECT_TYPES,
+    ActionAggregate,
+    ActionCursor,
+    ActionEffect,
+    ActionSource,
+    AnyActionEffect,
+    ApprovedAction,
+    DuePage,
+    InsertAction,
+    UpdateAction,
+    action_event_from_row,
+    action_event_row,
+    action_from_row,
+    action_row,
+    due_page,
+)
 from kernel.workflow import (
     InsertStepRun,
     InsertTaskAdmission,
@@ -81,6 +102,8 @@ Row = dict[str, Any]
 #: The file's content: one entry per Run, its rows as plain JSON (enums as their values). A
 #: Workflow Run's entry also holds its `admission` (else `None`), `step_runs` and `ledger`.
 Data = dict[str, dict[str, Any]]
+#: The approval requests (SPEC §5, issue 19), by action id: `{"action": row, "events": [row]}`.
+Actions = dict[str, dict[str, Any]]
 Entity = (
     Run | Attempt | RunRetryPolicy | Lease | Event | WorkflowAdmission | StepRun | TaskAdmission
 )
@@ -168,8 +191,9 @@ class JsonTransaction:
     """One transaction: the file as read when it began, changed in memory; written (all of it,
     or nothing) when the block ends normally."""
 
-    def __init__(self, data: Data) -> None:
+    def __init__(self, data: Data, actions: Actions | None = None) -> None:
         self.data = data
+        self.actions: Actions = {} if actions is None else actions
 
     def load_run(self, run_id: str) -> RunAggregate | None:
         entry = self.data.get(run_id)
@@ -189,8 +213,42 @@ class JsonTransaction:
         owner = self.load_run_of_attempt(attempt_id)
         return None if owner is None else self.load_workflow(owner.run.run_id)
 
-    def execute(self, effect: WorkflowEffect) -> None:
+    def load_action(self, action_id: str) -> ActionAggregate | None:
+        """An approval request and the Run under its Run id (the reconciler's evidence)."""
+        entry = self.actions.get(action_id)
+        if entry is None:
+            return None
+        action = action_from_row(entry["action"])
+        return ActionAggregate(action, self.load_run(action.run_id))
+
+    def _execute_action(self, effect: ActionEffect) -> None:
+        """Persist one approval row with the SQL runners' keys and guard: an action id and its
+        Run id each held by one action, the version CAS, an Event's `(action_id, seq)`."""
+        if isinstance(effect, InsertAction):
+            row = effect.row
+            if row.action_id in self.actions or any(
+                e["action"]["run_id"] == row.run_id for e in self.actions.values()
+            ):
+                raise StaleWrite(f"action {row.action_id} or its run {row.run_id} exists")
+            self.actions[row.action_id] = {"action": action_row(row), "events": []}
+            return
+        if isinstance(effect, UpdateAction):
+            entry = self.actions.get(effect.row.action_id)
+            if entry is None or entry["action"]["version"] != effect.expected_version:
+                raise StaleWrite(f"action {effect.row.action_id}: version guard")
+            entry["action"] = action_row(effect.row)
+            return
+        event = effect.event
+        entry = self.actions.get(event.action_id)
+        if entry is None or any(e["seq"] == event.seq for e in entry["events"]):
+            raise StaleWrite(f"action event {event.action_id}/{event.seq} or its action")
+        entry["events"].append(action_event_row(event))
+
+    def execute(self, effect: WorkflowEffect | AnyActionEffect) -> None:
         """Persist one effect, or raise `StaleWrite` when its guard or a key does not hold."""
+        if isinstance(effect, ACTION_EFFECT_TYPES):
+            self._execute_action(effect)
+            return
         if isinstance(
             effect, InsertWorkflowAdmission | InsertStepRun | UpdateStepRun | InsertTaskAdmission
         ):
@@ -281,19 +339,26 @@ class JsonStore(SelectionSources, WorkflowSelectionSources):
         self.path = path
         self._lock = path.with_name(path.name + ".lock")
 
-    def _read(self) -> Data:
+    def _read_all(self) -> tuple[Data, Actions]:
+        """The Runs and the approval requests, as committed."""
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return {}  # a fresh database: no Run yet
-        data: Data = json.loads(text)
-        return data
+            return {}, {}  # a fresh database: no Run yet
+        content: dict[str, Any] = json.loads(text)
+        return content["runs"], content["actions"]
 
-    def _write(self, data: Data) -> None:
-        """The new version of the file, whole, then renamed over the old one (atomic)."""
+    def _read(self) -> Data:
+        return self._read_all()[0]
+
+    def _write(self, data: Data, actions: Actions | None = None) -> None:
+        """The new version of the file, whole, then renamed over the old one (atomic); without
+        `actions`, the approval requests as committed."""
+        if actions is None:
+            actions = self._read_all()[1]
         temporary = self.path.with_name(self.path.name + ".tmp")
         with temporary.open("w", encoding="utf-8") as out:
-            out.write(json.dumps(data, separators=(",", ":")))
+            out.write(json.dumps({"runs": data, "actions": actions}, separators=(",", ":")))
             out.flush()
             os.fsync(out.fileno())  # durable before it becomes the database
         os.replace(temporary, self.path)
@@ -303,9 +368,9 @@ class JsonStore(SelectionSources, WorkflowSelectionSources):
         """Commit when the block ends normally; when it raises nothing is written."""
         with self._lock.open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one writer at a time, released when we close
-            tx = JsonTransaction(self._read())
+            tx = JsonTransaction(*self._read_all())
             yield tx
-            self._write(tx.data)
+            self._write(tx.data, tx.actions)
 
     # -- the sources: the kernel's oracle over every stored aggregate (SelectionSources) -------
     def aggregates(self) -> list[RunAggregate]:
@@ -316,15 +381,30 @@ class JsonStore(SelectionSources, WorkflowSelectionSources):
         found = (_workflow(entry) for entry in self._read().values())
         return [wf for wf in found if wf is not None]
 
+    # -- the approval domain's due indexes: the kernel's oracle over every stored action ---------
+    def action_page(self, source: ActionSource, after: ActionCursor | None, limit: int) -> DuePage:
+        return due_page(self._actions(), source, after, limit)
+
+    def _actions(self) -> list[ApprovedAction]:
+        return [action_from_row(entry["action"]) for entry in self._read_all()[1].values()]
+
     # -- the projection: read from the file itself, not through the kernel --------------------
     def project(self) -> Projection:
-        data = self._read()
+        data, actions = self._read_all()
         aggregates = [_aggregate(entry) for entry in data.values()]
         events = {
             run_id: [_decode(Event, e) for e in entry["events"]] for run_id, entry in data.items()
         }
         workflows = [wf for wf in map(_workflow, data.values()) if wf is not None]
-        return project(aggregates, events, workflows)
+        return project(
+            aggregates,
+            events,
+            workflows,
+            actions=[action_from_row(entry["action"]) for entry in actions.values()],
+            action_events=[
+                action_event_from_row(e) for entry in actions.values() for e in entry["events"]
+            ],
+        )
 
 
 class JsonAdapter(StoreAdapter):
@@ -332,7 +412,8 @@ class JsonAdapter(StoreAdapter):
     semantics (`StoreAdapter`), the store above, and the two optional ports: `guards` (guard
     mode probes `store`) and `kill` (kill mode re-creates the adapter from `locator()` in a
     child process on the same file). `workflow`: the store persists Workflows and answers the
-    Workflow sources, so the Workflow traces are replayed rather than reported not applicable."""
+    Workflow sources, so the Workflow traces are replayed rather than reported not applicable;
+    `approved_action`: likewise the approval requests and their two due indexes."""
 
     name = "jsonstore"
     capabilities = frozenset(
@@ -347,6 +428,7 @@ class JsonAdapter(StoreAdapter):
             "guards",
             "kill",
             "workflow",
+            "approved_action",
         }
     )
 

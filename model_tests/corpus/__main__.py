@@ -1,5 +1,5 @@
-"""Regenerate (or check) the committed trace corpora under `conformance/traces/run/` and
-`conformance/traces/workflow/`.
+"""Regenerate (or check) the committed trace corpora under `conformance/traces/run/`,
+`conformance/traces/workflow/` and `conformance/traces/approved_action/`.
 
     .venv/bin/python -m model_tests.corpus            # rewrite every trace, print a summary
     .venv/bin/python -m model_tests.corpus --check    # compare, write nothing; exit 1 on drift
@@ -9,7 +9,9 @@ corpus is `GENERATED_COUNT` seeded model runs (`model_tests.machines.record_trac
 `BASE_SEED`) written as `generated/<machine>-<profile>-<seed>.jsonl.gz`. The comparison is of
 the decompressed text, so a different zlib cannot make `--check` fail. The Workflow corpus
 (SPEC §4.10) is `model_tests.corpus.workflow_scenarios`: its named `WF-..` traces and its seeded
-random Workflows under `generated/`.
+random Workflows under `generated/`. The approval-domain corpus (SPEC §5, issue 19) is
+`model_tests.corpus.approval_scenarios`: its named `AA-D1-..` traces and its seeded random
+traces under `generated/`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from conformance.run.corpus import (
+    APPROVAL_CORPUS,
     RUN_CORPUS,
     WORKFLOW_CORPUS,
     read_text,
@@ -29,7 +32,7 @@ from conformance.run.corpus import (
 )
 from conformance.run.trace import Trace, dumps
 from kernel.specs.states import Profile
-from model_tests.corpus import workflow_scenarios
+from model_tests.corpus import approval_scenarios, workflow_scenarios
 from model_tests.corpus.scenarios import SCENARIOS
 from model_tests.machines import record_trace
 
@@ -97,6 +100,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=WORKFLOW_CORPUS,
         help="Workflow corpus directory (SPEC §4.10)",
     )
+    parser.add_argument(
+        "--approval-root",
+        type=Path,
+        default=APPROVAL_CORPUS,
+        help="approval-domain corpus directory (SPEC §5, issue 19)",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     steps, drift, extra = _sync(args.root, iter((*named(), *generated())), args.check)
@@ -105,18 +114,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         iter((*workflow_scenarios.named(), *workflow_scenarios.generated())),
         args.check,
     )
+    aa_steps, aa_drift, aa_extra = _sync(
+        args.approval_root,
+        iter((*approval_scenarios.named(), *approval_scenarios.generated())),
+        args.check,
+    )
     summary = (
         f"{len(SCENARIOS)} named + {GENERATED_COUNT} generated traces, {steps} steps; "
         f"workflow: {len(workflow_scenarios.WORKFLOW_SCENARIOS)} named + "
         f"{len(workflow_scenarios.GENERATED_SEEDS)} generated traces, {wf_steps} steps; "
+        f"approved_action: {len(approval_scenarios.APPROVAL_SCENARIOS)} named + "
+        f"{len(approval_scenarios.GENERATED_SEEDS)} generated traces, {aa_steps} steps; "
         f"{time.monotonic() - started:.1f} s"
     )
-    drift, extra = drift + wf_drift, extra + wf_extra
+    drift, extra = drift + wf_drift + aa_drift, extra + wf_extra + aa_extra
     if args.check:
         print(f"corpus check: {summary}; {drift} differ, {extra} extra")
         return 1 if drift or extra else 0
     print(
-        f"corpus written to {args.root} and {args.workflow_root}: {summary}; "
+        f"corpus written to {args.root}, {args.workflow_root} and {args.approval_root}: "
+        f"{summary}; "
         f"{drift} rewritten, {extra} removed"
     )
     return 0

@@ -30,6 +30,7 @@ from conformance.run.kill_edge import kill_every_write
 from conformance.run.kill_port import kill_every_write as kill_every_write_through_port
 from conformance.run.locks import lock_every_write_edge
 from examples.adapter.jsonstore import make_adapter as make_json_adapter
+from kernel.approved_action import AnyActionEffect
 from kernel.workflow import (
     WORKFLOW_COMMANDS_BY_NAME,
     InsertStepRun,
@@ -219,10 +220,10 @@ def test_guard_mode_catches_a_workflow_write_without_its_guard(
 def _step_runs_after_commit(self: EdgeStore) -> Iterator[EdgeTransaction]:
     """Planted bug: a Workflow write split into two transactions, its StepRun updates
     committed second."""
-    pending: list[WorkflowEffect] = []
+    pending: list[WorkflowEffect | AnyActionEffect] = []
 
     class Deferring(EdgeTransaction):
-        def execute(self, effect: WorkflowEffect) -> None:
+        def execute(self, effect: WorkflowEffect | AnyActionEffect) -> None:
             if isinstance(effect, UpdateStepRun):
                 pending.append(effect)
             else:

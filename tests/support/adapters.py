@@ -10,3 +10,10 @@ class WithoutClusterRecovery(ReferenceAdapter):
     reported not applicable."""
 
     capabilities = ReferenceAdapter.capabilities - {"cluster_recovery"}
+
+
+class WithoutApprovals(ReferenceAdapter):
+    """The reference adapter declaring no approval domain (SPEC §5, issue 19), as a third-party
+    store or the cluster runner (§5.4): approval traces must be reported not applicable."""
+
+    capabilities = ReferenceAdapter.capabilities - {"approved_action"}

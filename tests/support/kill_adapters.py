@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from examples.adapter.jsonstore import Data, JsonAdapter, JsonStore, JsonTransaction, make_adapter
+from kernel.approved_action import AnyActionEffect
 from kernel.workflow import WorkflowEffect
 
 
@@ -19,7 +20,7 @@ class _EagerTransaction(JsonTransaction):
         super().__init__(data)
         self._store = store
 
-    def execute(self, effect: WorkflowEffect) -> None:
+    def execute(self, effect: WorkflowEffect | AnyActionEffect) -> None:
         super().execute(effect)
         self._store._write(self.data)  # the planted bug: persisted outside one transaction
 
