@@ -68,6 +68,9 @@ COMMANDS: Mapping[str, str] = {
     "status": "conformance.cli.status",
     "logs": "conformance.cli.logs",
     "cancel": "conformance.cli.cancel",
+    "approvals": "conformance.cli.approvals",
+    "approve": "conformance.cli.approve",
+    "deny": "conformance.cli.deny",
 }
 
 DISTRIBUTION = "ql3-kernel"

@@ -10,6 +10,7 @@ The kernel takes time as an input; this is the one place the commands read the w
 
 from __future__ import annotations
 
+import getpass
 import os
 import sqlite3
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from conformance.cli.common import InfrastructureError, UsageError, one_line, resolve_db
+from kernel.approved_action import person_refusal
 from kernel.specs import Code
 from runners.edge.connection import EdgeConfigError
 from runners.edge.migrate import MigrationError
@@ -34,12 +36,16 @@ __all__ = [
     "now_ms",
     "open_store",
     "parse_env",
+    "person",
     "refusal",
     "table",
 ]
 
 #: SQLite errors that mean the file is not (or no longer) a database: bad input (exit 2).
 _MALFORMED: Final = frozenset({"SQLITE_NOTADB", "SQLITE_CORRUPT"})
+
+#: Who asks or decides when neither `--as` nor the OS names anyone.
+ANONYMOUS: Final = "user"
 
 #: What each refusal code means to the person who typed the command.
 CODE_TEXT: Final[Mapping[Code, str]] = {
@@ -60,6 +66,15 @@ CODE_TEXT: Final[Mapping[Code, str]] = {
     Code.TASK_NOT_FOUND: "no such task",
     Code.TASK_REMOVED: "the task was removed (qlk task add defines it again)",
     Code.RUN_NOT_FOUND: "no such run",
+    # The approval domain (issue 19; `qlk task add --requires-approval`, `qlk approve|deny`).
+    Code.TASK_APPROVAL_UNSUPPORTED: "approval is for submissions: a task that requires approval "
+    "has no --cron (a scheduled fire has no one to ask)",
+    Code.PROFILE_NOT_SUPPORTED: "the cluster profile (--dsn) runs no Approved Actions; define "
+    "the task in a local --db file",
+    Code.ACTION_NOT_FOUND: "no such approval request (qlk approvals lists them)",
+    Code.ACTION_NOT_PENDING: "the request is already decided",
+    Code.ACTION_ID_CONFLICT: "another approval request holds this id",
+    Code.CLOCK_REGRESSION: "this machine's clock is behind the last change; try again later",
 }
 
 
@@ -151,3 +166,24 @@ def absolute_cwd(cwd: str | None) -> str | None:
         what = "is not a directory" if os.path.exists(path) else "does not exist"
         raise UsageError(f"--cwd {cwd}: {path} {what}")
     return path
+
+
+def person(flag_value: str | None) -> str:
+    """Who asks for or decides an approval (`--as NAME` of `qlk submit`, `approve`, `deny`;
+    issue 19): the flag's value, checked by the kernel's rule (`person_refusal`: 1..64
+    printable characters; else exit 2 naming `--as`), or, without it, the OS user name
+    (`getpass.getuser()`), else `user`.
+
+    [decision CLI-20] The default is the OS login name, not a fixed `user`: the Events of a
+    request then say which account asked and which decided, which is what an approval is for;
+    `--as` names someone else (a shared account, a script acting for a person)."""
+    if flag_value is not None:
+        why = person_refusal(flag_value)
+        if why is not None:
+            raise UsageError(f"--as {flag_value!r}: a name {why}")
+        return flag_value
+    try:
+        name = getpass.getuser()
+    except (OSError, KeyError):  # no $USER/$LOGNAME and no passwd entry (a bare container)
+        return ANONYMOUS
+    return name if person_refusal(name) is None else ANONYMOUS

@@ -1,7 +1,8 @@
 """`qlk serve`: the local application in the foreground (issue 15 items 2 and 4; SPEC O-1..O-4),
 or one cluster scheduler replica (issue 17 item 1; O-5).
 
-    qlk serve [--profile edge|standalone] [--until-idle] [--log-retention DUR] [--db FILE]
+    qlk serve [--profile edge|standalone] [--until-idle] [--log-retention DUR] [--approvals]
+              [--db FILE]
     qlk serve --profile cluster --dsn DSN [--schema NAME]
 
 It starts the application (startup recovery, the first execution-control cycle, then both
@@ -11,6 +12,14 @@ O-4 way on SIGTERM or Ctrl-C (scheduler drain, execution-control drain, storage 
 lost, waiting for retry or due, and no process watched. At the end it prints the Runs by status.
 `--log-retention DUR` is how long a finished Attempt's log is kept (default 7d, 1m..365d;
 decision LR-13).
+
+`--approvals` (issue 19, SPEC §5) also runs the Approved Action lifecycle (an explicit opt-in:
+without it nothing builds or imports it, §5.5, AA-15): every cycle it resolves requests left
+behind their start barrier from the Run's facts, then admits the Runs of approved requests
+(`qlk approve`), once each; the scheduler then runs them like any Run. Its cadence is the
+profile's (§5.4: standalone every 2 s, edge every 30 s). Without it approval requests wait and
+nothing admits them. The cluster profile has no such lifecycle: `--approvals` with it is exit 2
+(`PROFILE_NOT_SUPPORTED`).
 
 `--profile cluster --dsn DSN` (or `$QL3_DSN`; `--dsn` alone implies the cluster profile) runs
 `runners.cluster.app.ClusterApplication` on the schema `--schema` (default `ql3`): the schema is
@@ -44,6 +53,7 @@ from conformance.cli.common import (
 )
 from conformance.cli.durations import format_duration
 from conformance.cli.tasks import duration_flag
+from kernel.approved_action import local_primary_resource_policy
 from kernel.specs import LOG_RETENTION_DEFAULT_MS, LOG_RETENTION_MS, Profile
 from runners.edge.store import EdgeStore
 from runners.lifecycle import CycleReport, LifecycleIncident
@@ -87,7 +97,23 @@ def register(commands: Commands) -> None:
         default=None,
         help="delete a finished Attempt's log this long after it ended (default 7d, 1m..365d)",
     )
+    serve.add_argument(
+        "--approvals",
+        action="store_true",
+        help=f"also admit the Runs of approved requests (qlk approve) and recover those left "
+        f"behind their start barrier, {_approval_cadence()}; without it requests wait "
+        "(not with the cluster profile)",
+    )
     add_store_arguments(serve)
+
+
+def _approval_cadence() -> str:
+    """`every 2s on standalone, every 30s on edge`: the §5.4 policy's intervals, as read."""
+    parts = [
+        f"every {format_duration(local_primary_resource_policy(p).interval_ms)} on {p}"
+        for p in LOCAL_PROFILES
+    ]
+    return ", ".join(parts)
 
 
 def _log_retention(text: str | None) -> int:
@@ -162,7 +188,13 @@ def _stop_signals(stop: threading.Event, interrupted: list[int]) -> Iterator[Non
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     profile: str | None = args.profile
-    if profile == Profile.CLUSTER.value or (profile is None and args.dsn is not None):
+    cluster = profile == Profile.CLUSTER.value or (profile is None and args.dsn is not None)
+    if cluster and args.approvals:
+        raise UsageError(
+            "--approvals: the cluster profile runs no Approved Action lifecycle (SPEC §5.4); "
+            "serve a local --db file with it [PROFILE_NOT_SUPPORTED]"
+        )
+    if cluster:
         # Imported here: a local serve never loads psycopg (docs/performance.md).
         from conformance.cli.cluster import serve_cluster  # noqa: PLC0415
 
@@ -180,6 +212,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             on_cycle=printer.cycle,
             report=printer.incident,
             log_retention_ms=retention,
+            approvals=args.approvals,
         )
     except (OSError, sqlite3.Error) as exc:
         raise UsageError(f"--db {db}: cannot open the database: {one_line(exc)}") from None
@@ -191,8 +224,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         except StartupRecoveryExhausted as exc:
             app.stop()
             raise InfrastructureError(f"{db}: {exc}") from None
+        approvals = ""
+        if args.approvals:
+            interval = local_primary_resource_policy(args.profile).interval_ms
+            approvals = f"; approvals every {format_duration(interval)}"
         print(
-            f"qlk serve: {db} ({args.profile}); startup recovery resolved "
+            f"qlk serve: {db} ({args.profile}{approvals}); startup recovery resolved "
             f"{len(startup.resolved)}, adopted {len(startup.adopted)}, "
             f"failed {startup.orphaned} orphaned",
             file=ctx.err,

@@ -23,6 +23,13 @@ With `--dsn DSN [--schema NAME]` (issue 17): the cluster profile's Runs by statu
 status, zeros included; `--json`: `{"schema", "runs", "total"}`); one Run's detail is not shown
 on cluster yet (exit 2 says so).
 
+[decision CLI-22] A Run of a task that requires approval (issue 19) does not exist until its
+request is approved and admitted; until then `qlk status RUN` says where its request stands
+instead of "no such run" (`run run-...: awaiting approval (qlk approve apr-...)`, or approved,
+waiting for `qlk serve --approvals`, or denied: it never runs), exit 0; `--json` prints `{"run":
+null, "approval": {...}}` (the request as `qlk approvals ID --json` prints it). The request is
+found by its id, `approval_id(RUN)` (decision AA-D3), one indexed read.
+
 Exit status (SPEC E-7): 0 shown; 2 an unknown RUN (one line naming it) or a bad flag; 3 the
 database failed.
 """
@@ -44,6 +51,7 @@ from conformance.cli.common import (
 )
 from conformance.cli.durations import format_duration, format_time
 from conformance.cli.localdb import now_ms, open_store, refusal, table
+from kernel.approved_action import ActionEvent, ApprovedAction, approval_id
 from kernel.specs import Code, RunStatus
 from runners.local.launcher import LocalLayout
 from runners.local.status import (
@@ -97,6 +105,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     with open_store(args.db) as store:
         layout = LocalLayout(store.path)
         detail = run_detail(store, args.run)
+        # A Run not admitted may be one whose approval request waits (issue 19).
+        request = None if detail is not None else store.action(approval_id(args.run))
+    if detail is None and request is not None and request[0].run_id == args.run:
+        return _print_request(ctx, args, *request)
     if detail is None:
         raise refusal(f"RUN {args.run}", Code.RUN_NOT_FOUND)
     if args.json:
@@ -104,6 +116,38 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     else:
         _print_run(ctx, detail, layout)
     return ExitCode.OK
+
+
+def _print_request(
+    ctx: Context, args: argparse.Namespace, action: ApprovedAction, events: list[ActionEvent]
+) -> int:
+    """A Run not admitted (yet, or ever): where its approval request stands."""
+    # Imported here: only this case needs the approvals command's document.
+    from conformance.cli.approvals import action_document  # noqa: PLC0415
+
+    if args.json:
+        _print_json(ctx, {"run": None, "approval": action_document(action, None, events)})
+        return ExitCode.OK
+    print(f"run {action.run_id}: {_request_state(action)}", file=ctx.out)
+    return ExitCode.OK
+
+
+def _request_state(action: ApprovedAction) -> str:
+    """What a Run not admitted waits for, from its request's status (a `starting` request is
+    the lifecycle's, between its start barrier and the admission)."""
+    who = f"{action.decided_by} at {format_time(action.decided_at_ms)}"
+    status = action.status.value
+    if status == "pending":
+        return f"awaiting approval (qlk approve {action.action_id})"
+    if status in ("approved", "starting"):
+        return (
+            f"approved by {who}; not admitted yet: qlk serve --approvals admits it "
+            f"({action.action_id})"
+        )
+    if status == "denied":
+        return f"denied by {who}; it never runs ({action.action_id})"
+    code = f", {action.code}" if action.code else ""
+    return f"not admitted: its approval request {action.action_id} is {status}{code}"
 
 
 def _cluster(args: argparse.Namespace, ctx: Context) -> int:

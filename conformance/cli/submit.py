@@ -15,6 +15,14 @@ at the database's time and waits for a cluster Worker.
 Stdout is the Run id alone, one line. Exit status (SPEC E-7): 0 admitted; 2 an unknown or
 removed task, a refused command or admission, a bad flag (one line naming it); 3 the database
 failed.
+
+A task that requires approval (`qlk task add --requires-approval`; SPEC §5, issue 19) is not
+admitted: the kernel makes the submission an approval request (`RequestApproval`) for exactly
+that admission, asked by `--as NAME` (default: the OS user name, else `user`). Stdout is then
+the request's id alone (`apr-` and the Run id's 32 hex, decision AA-D3), so
+`ID=$(qlk submit --task deploy)` works, and stderr says one line: what it waits for and the Run
+id it will have. `qlk approve ID` / `qlk deny ID` decide; `qlk serve --approvals` admits an
+approved one.
 """
 
 from __future__ import annotations
@@ -31,10 +39,13 @@ from conformance.cli.common import (
     add_command,
     add_store_arguments,
 )
-from conformance.cli.localdb import absolute_cwd, parse_env, refusal
+from conformance.cli.localdb import absolute_cwd, parse_env, person, refusal
 from conformance.cli.tasks import duration_flag, open_task_store
 from kernel import Applied, Raced, Rejected, Replayed, is_portable_id
+from kernel.approved_action import ActionApplied, approval_id
 from kernel.task import TaskRefused
+from runners.edge.store import EdgeStore
+from runners.engine import Storage
 from runners.task_schedule import submit, submit_command
 
 __all__ = ["ATTEMPT_ID_PREFIX", "RUN_ID_PREFIX", "fresh_ids", "register"]
@@ -70,6 +81,14 @@ def register(commands: Commands) -> None:
     add_store_arguments(parser)
     parser.add_argument("--task", metavar="NAME", default=None, help="the task to run")
     parser.add_argument(
+        "--as",
+        dest="requested_by",
+        metavar="NAME",
+        default=None,
+        help="with --task, for a task that requires approval: who asks (default: your OS user "
+        "name)",
+    )
+    parser.add_argument(
         "--cwd", metavar="DIR", default=None, help="with -- CMD: the working directory"
     )
     parser.add_argument(
@@ -92,11 +111,31 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         raise UsageError("give exactly one of --task NAME and -- CMD ARGS...")
     if task is not None and (args.cwd or args.env or args.deadline):
         raise UsageError("--cwd, --env and --deadline go with -- CMD; a task has its own")
+    if task is None and args.requested_by is not None:
+        raise UsageError("--as names who asks for an approval: it goes with --task")
     run_id, attempt_id = fresh_ids()
     subject = f"--task {task}" if task is not None else "CMD"
     if task is not None:
+        requested_by = person(args.requested_by)
         with open_task_store(args) as (storage, tasks, now):
-            outcome = submit(storage, tasks, task, now_ms=now, run_id=run_id, attempt_id=attempt_id)
+            outcome = submit(
+                storage,
+                tasks,
+                task,
+                now_ms=now,
+                run_id=run_id,
+                attempt_id=attempt_id,
+                requested_by=requested_by,
+            )
+            requested = _approval_requested(storage, outcome, run_id)
+        if requested:
+            action_id = approval_id(run_id)
+            print(action_id, file=ctx.out)
+            print(
+                f"{task}: awaiting approval (qlk approve {action_id}); its Run will be {run_id}",
+                file=ctx.err,
+            )
+            return ExitCode.OK
     else:
         cwd = absolute_cwd(args.cwd)
         env = parse_env(args.env)
@@ -124,6 +163,17 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     assert isinstance(outcome, Applied | Replayed)
     print(run_id, file=ctx.out)
     return ExitCode.OK
+
+
+def _approval_requested(storage: Storage, outcome: object, run_id: str) -> bool:
+    """Whether the submission made an approval request: applied now, or (the same ids again)
+    replayed, which only a request under the Run's action id tells apart from a replayed
+    admission."""
+    if isinstance(outcome, ActionApplied):
+        return True
+    if isinstance(outcome, Replayed) and isinstance(storage, EdgeStore):
+        return storage.action(approval_id(run_id)) is not None
+    return False
 
 
 def _subject(field: str, default: str, args: argparse.Namespace) -> str:

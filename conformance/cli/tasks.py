@@ -5,6 +5,7 @@ on `runners.cluster.tasks.ClusterTaskStore`, at the database's time).
     qlk task add hello -- echo hello
     qlk task add backup --cron '*/5 * * * *' --deadline 10m -- /usr/bin/backup --all
     qlk task add sync --max-attempts 3 --safety idempotent --backoff 10s:5m -- ./sync.sh
+    qlk task add deploy --requires-approval -- ./deploy.sh
     qlk task list [--json]
     qlk task remove hello
 
@@ -14,6 +15,11 @@ Everything after the first `--` is the command, verbatim (executed directly, nev
 shell). `--max-attempts N` is the admission-time retry policy of the task's Runs: up to N
 Attempts when an Attempt is lost (A-3, A-4: above 1 it needs `--safety idempotent` or
 `deduplicated`); `--backoff BASE:MAX` delays each retry (default `0:0`, decision CLI-15).
+`--requires-approval` makes each `qlk submit --task NAME` an approval request that a person
+approves (`qlk approve`) or denies before its Run exists (SPEC §5, issue 19; `qlk approvals`).
+It goes with neither `--cron` (a scheduled fire has no one to ask, decision AA-D4,
+`TASK_APPROVAL_UNSUPPORTED`) nor `--dsn` (the cluster profile has no Approved Action lifecycle,
+§5.4, `PROFILE_NOT_SUPPORTED`; refused before the database is opened).
 
 Output: `added hello revision 1`, `hello unchanged (revision 1)`, `hello revision 2`,
 `removed hello`. Exit status (SPEC E-7): 0 done (an identical re-add included); 2 a refused
@@ -55,8 +61,14 @@ from conformance.cli.localdb import (
     table,
 )
 from kernel import PolicyDefinition, Safety
-from kernel.specs import Code
-from kernel.task import TaskDefinition, TaskRefused, define_task, policy_document
+from kernel.specs import Code, Profile
+from kernel.task import (
+    TaskDefinition,
+    TaskRefused,
+    define_task,
+    policy_document,
+    task_profile_refusal,
+)
 from runners.edge.tasks import EdgeTaskStore, TaskRecord
 from runners.engine import Storage
 
@@ -147,6 +159,12 @@ def register(commands: Commands) -> None:
         metavar="DUR",
         default=None,
         help="stop a Run that runs longer than this (1s..7d, e.g. 30s, 5m, 2h, 1d)",
+    )
+    add.add_argument(
+        "--requires-approval",
+        action="store_true",
+        help="each submission waits for a person's qlk approve (or deny) before its Run exists; "
+        "not with --cron, not with --dsn",
     )
     add.add_argument(
         "--cwd",
@@ -248,6 +266,8 @@ def definition_refusal(refused: TaskRefused, args: argparse.Namespace) -> UsageE
         subject = f"--deadline {args.deadline}"
     elif field == "retry_policy":
         subject = _policy_subject(refused.code, args)
+    elif field == "requires_approval":
+        subject = "--requires-approval"
     else:
         subject = f"--{field}"
     return refusal(subject, refused.code)
@@ -272,9 +292,16 @@ def add_task(args: argparse.Namespace, ctx: Context) -> int:
         cron=args.cron,
         deadline_ms=duration_flag("--deadline", args.deadline),
         retry_policy=_policy(args),
+        requires_approval=args.requires_approval,
     )
     if isinstance(definition, TaskRefused):
         raise definition_refusal(definition, args)
+    if getattr(args, "dsn", None) is not None or getattr(args, "schema", None) is not None:
+        # The kernel's answer for the cluster profile, before any connection is made: a
+        # refusal should not wait for (or need) a database that could only refuse it too.
+        refused = task_profile_refusal(definition, Profile.CLUSTER)
+        if refused is not None:
+            raise definition_refusal(refused, args)
     with open_task_store(args) as (_storage, tasks, now):
         written = tasks.add(definition, now)
         if isinstance(written, TaskRefused):
@@ -343,6 +370,7 @@ def _document(record: TaskRecord) -> dict[str, Any]:
         "env_names": [name for name, _ in d.env],
         "deadline_ms": d.deadline_ms,
         "retry_policy": policy_document(d.retry_policy),
+        "requires_approval": d.requires_approval,
         "revised_at_ms": revision.created_at_ms,
         "removed_at_ms": state.removed_at_ms,
     }
@@ -359,7 +387,8 @@ def list_tasks(args: argparse.Namespace, ctx: Context) -> int:
         print("no tasks (qlk task add NAME -- CMD defines one)", file=ctx.out)
         return ExitCode.OK
     listing = table(ctx.console)
-    for column in ("name", "rev", "state", "cron", "next due (UTC)", "retry", "command"):
+    columns = ("name", "rev", "state", "cron", "next due (UTC)", "retry", "approval", "command")
+    for column in columns:
         listing.add_column(column, no_wrap=column not in ("retry", "command"), overflow="fold")
     for record in records:
         document = _document(record)
@@ -370,6 +399,7 @@ def list_tasks(args: argparse.Namespace, ctx: Context) -> int:
             document["cron"] or "-",
             format_time(document["next_due_ms"]),
             _retry(record.state.current.definition),
+            "required" if document["requires_approval"] else "-",
             _shorten(document["argv"]),
         )
     ctx.console.print(listing)

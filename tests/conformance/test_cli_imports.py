@@ -35,7 +35,9 @@ NOT_FOR_THE_LOCAL_APPLICATION = (
     "email",
 )
 #: The commands of the local application.
-LOCAL_COMMANDS = ("task", "submit", "serve", "status", "logs", "cancel")
+LOCAL_COMMANDS = (
+    "task", "submit", "serve", "status", "logs", "cancel", "approvals", "approve", "deny",
+)  # fmt: skip
 
 #: Runs `qlk ARGS` in this interpreter, then writes the names of the modules it imported to
 #: the file named by $QLK_MODULES (one per line).

@@ -1,0 +1,7 @@
+"""`qlk deny ID [--as NAME]`: deny a pending approval request; its Run never exists (issue
+19). The command lives with its siblings in `conformance.cli.approvals`; this module is its
+entry in `COMMANDS` (one module per command name, imported only when that command runs)."""
+
+from conformance.cli.approvals import register_deny as register
+
+__all__ = ["register"]
