@@ -17,11 +17,9 @@ supervisor and its lifecycle), so they carry no spec mark.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from conformance.run.adapter import ReferenceAdapter
@@ -54,6 +52,7 @@ from kernel.specs.approved_action import ActionCommandName
 from model_tests.corpus import approval_scenarios
 from tests.runners.edge.edge_mutants import APPROVAL_MUTANTS
 from tests.support.adapters import WithoutApprovals
+from tests.support.postgres import reachable_dsn
 from tests.support.runner_mutants import RunnerMutant, assert_planted_and_undone, verdict_of
 from tests.support.trace_schema import validate_line
 
@@ -64,19 +63,7 @@ GENERATED = [p for p in PATHS if p.parent != APPROVAL_CORPUS]
 
 @pytest.fixture(scope="module")
 def pg_dsn() -> Iterator[str]:
-    """A reachable PostgreSQL server ($QL3_PG_DSN, the default local one, or a throwaway
-    server); skipped without one, failed under CI=true (as tests/runners/cluster/conftest.py)."""
-    local_server = pytest.importorskip("conformance.run.local_server")
-    under_ci = os.environ.get("CI") == "true"
-    try:
-        with local_server.ensure_dsn(None, announce=lambda _message: None) as target:
-            with psycopg.connect(target, connect_timeout=5, autocommit=True) as conn:
-                conn.execute("SELECT 1").fetchone()
-            yield target
-    except (local_server.NoPostgresError, psycopg.OperationalError) as exc:
-        if under_ci:
-            pytest.fail(f"{type(exc).__name__}: under CI=true the cluster check needs PostgreSQL")
-        pytest.skip(f"no PostgreSQL server ({type(exc).__name__})")
+    yield from reachable_dsn("the cluster check")
 
 
 # -- the corpus --------------------------------------------------------------------------------

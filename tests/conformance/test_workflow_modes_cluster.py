@@ -13,13 +13,11 @@ guard is caught. The edge half is `test_workflow_modes.py`.
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from types import MappingProxyType
 
-import psycopg
 import pytest
 
 from conformance.run.cluster import make_cluster_adapter
@@ -30,6 +28,7 @@ from conformance.run.locks import lock_every_write_cluster
 from kernel.workflow import WORKFLOW_COMMANDS_BY_NAME
 from runners.cluster import store as cluster_store
 from runners.cluster.named_sql import WORKFLOW as CLUSTER_WORKFLOW
+from tests.support.postgres import reachable_dsn
 
 pytestmark = pytest.mark.slow  # real PostgreSQL, a SIGKILLed client per query boundary
 
@@ -48,19 +47,7 @@ CANCELLATION_PATHS = [
 
 @pytest.fixture(scope="module")
 def pg_dsn() -> Iterator[str]:
-    """A reachable PostgreSQL server ($QL3_PG_DSN, the default local one, or a throwaway
-    server); skipped without one, failed under CI=true (as tests/runners/cluster/conftest.py)."""
-    local_server = pytest.importorskip("conformance.run.local_server")
-    under_ci = os.environ.get("CI") == "true"
-    try:
-        with local_server.ensure_dsn(None, announce=lambda _message: None) as target:
-            with psycopg.connect(target, connect_timeout=5, autocommit=True) as conn:
-                conn.execute("SELECT 1").fetchone()
-            yield target
-    except (local_server.NoPostgresError, psycopg.OperationalError) as exc:
-        if under_ci:
-            pytest.fail(f"{type(exc).__name__}: under CI=true the Workflow modes need PostgreSQL")
-        pytest.skip(f"no PostgreSQL server ({type(exc).__name__})")
+    yield from reachable_dsn("the Workflow modes")
 
 
 @pytest.fixture

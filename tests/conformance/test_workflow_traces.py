@@ -14,11 +14,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from conformance.run.adapter import ReferenceAdapter
@@ -36,6 +34,7 @@ from kernel.workflow import (
     is_workflow_command,
 )
 from model_tests.corpus import workflow_scenarios
+from tests.support.postgres import reachable_dsn
 from tests.support.trace_schema import validate_line
 
 PATHS = trace_paths(WORKFLOW_CORPUS)
@@ -60,19 +59,7 @@ PARAMS = [_param(p) for p in PATHS]
 
 @pytest.fixture(scope="module")
 def pg_dsn() -> Iterator[str]:
-    """A reachable PostgreSQL server ($QL3_PG_DSN, the default local one, or a throwaway
-    server); skipped without one, failed under CI=true (as tests/runners/cluster/conftest.py)."""
-    local_server = pytest.importorskip("conformance.run.local_server")
-    under_ci = os.environ.get("CI") == "true"
-    try:
-        with local_server.ensure_dsn(None, announce=lambda _message: None) as target:
-            with psycopg.connect(target, connect_timeout=5, autocommit=True) as conn:
-                conn.execute("SELECT 1").fetchone()
-            yield target
-    except (local_server.NoPostgresError, psycopg.OperationalError) as exc:
-        if under_ci:
-            pytest.fail(f"{type(exc).__name__}: under CI=true the Workflow traces need PostgreSQL")
-        pytest.skip(f"no PostgreSQL server ({type(exc).__name__})")
+    yield from reachable_dsn("the Workflow traces")
 
 
 def test_the_corpus_names_every_conf_item_and_has_generated_workflows() -> None:
