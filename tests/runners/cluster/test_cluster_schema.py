@@ -59,6 +59,20 @@ ENTITY_TABLES: dict[str, type] = {
 }
 
 
+#: The edge-only approval domain (migration 0004; SPEC §5.4: the cluster profile refuses Approved
+#: Actions, decision AA-D1): its tables and indexes, and the task column that asks for it (a
+#: cluster revision never requires approval; its reads say `FALSE AS requires_approval`).
+EDGE_ONLY_TABLES = frozenset({"approved_actions", "action_events"})
+EDGE_ONLY_INDEXES = frozenset(
+    {
+        "approved_actions_dispatch_due",
+        "approved_actions_recovery_due",
+        "approved_actions_by_request",
+    }
+)
+EDGE_ONLY_COLUMNS = {"task_revisions": "requires_approval"}
+
+
 def _objects(conn: psycopg.Connection[Any], schema: str) -> dict[str, Any]:
     tables = {
         str(name): [
@@ -103,11 +117,21 @@ def test_the_cluster_schema_has_the_edge_schemas_tables_columns_and_indexes(
     """The same logical schema on both runners: the same tables, the same columns in the same
     order (the kernel entity fields), and the same named indexes besides PostgreSQL's own key
     indexes (`*_pkey`, `*_key`); the cluster-only registry tables are the one stated difference
-    (the edge runner has none of them)."""
+    (the edge runner has none of them), and the edge-only approval domain the other (§5.4)."""
     conn, name = pg_schema
     assert migrate(conn) == ALL_VERSIONS
     cluster = _objects(conn, name)
     edge = _edge_objects(tmp_path / "edge.sqlite3")
+    assert not EDGE_ONLY_TABLES & set(cluster["tables"])
+    assert not EDGE_ONLY_INDEXES & cluster["indexes"]
+    for table in EDGE_ONLY_TABLES:
+        del edge["tables"][table]
+    assert edge["indexes"] >= EDGE_ONLY_INDEXES
+    edge["indexes"] -= EDGE_ONLY_INDEXES
+    for table, column in EDGE_ONLY_COLUMNS.items():
+        assert edge["tables"][table][-1] == column  # added last, by 0004
+        assert column not in cluster["tables"][table]
+        edge["tables"][table] = edge["tables"][table][:-1]
     only = {t: cluster["tables"].pop(t) for t in CLUSTER_ONLY_TABLES}
     assert only == CLUSTER_ONLY_TABLES
     assert not set(CLUSTER_ONLY_TABLES) & set(edge["tables"])
