@@ -181,6 +181,8 @@ def _pytest_run(plant: str | None) -> subprocess.CompletedProcess[str]:
         "model_tests.quality.plant_plugin",
         "-p",
         "no:cacheprovider",
+        "-n",
+        "0",  # in this process: the plant is loaded where the tests run, and -x stops at once
     ]
     return subprocess.run(  # noqa: S603 - the interpreter running this test, fixed arguments
         command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False

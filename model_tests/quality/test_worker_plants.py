@@ -47,6 +47,8 @@ def _run(plant: str) -> subprocess.CompletedProcess[str]:
         "model_tests.quality.plant_plugin",
         "-p",
         "no:cacheprovider",
+        "-n",
+        "0",  # in this process: the plant is loaded where the tests run, and -x stops at once
     ]
     return subprocess.run(  # noqa: S603 - the interpreter running this test, fixed arguments
         command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False

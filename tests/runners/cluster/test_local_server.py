@@ -178,6 +178,10 @@ def test_the_readme_test_command_works_on_a_machine_without_postgresql() -> None
             "no:cacheprovider",
             "-q",
             "--no-spec-trace",
+            # One process, so its announcement reaches this output (with the default `-n 2`
+            # each worker brings up a throwaway server of its own, on its own socket directory).
+            "-n",
+            "0",
             str(database_tests) + "::test_a_table_of_one_test_schema_is_invisible_from_another",
         ],
         cwd=ROOT,
