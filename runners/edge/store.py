@@ -81,6 +81,12 @@ def _entity(
     return cls(**fields)
 
 
+def _mappings(cursor: sqlite3.Cursor, rows: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """`rows` of `cursor` as dicts keyed by column name (the approval codec's input)."""
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
 # -- one transaction ------------------------------------------------------------------------
 class EdgeTransaction:
     """One open `BEGIN IMMEDIATE` transaction (the engine's `StorageTransaction`)."""
@@ -145,8 +151,7 @@ class EdgeTransaction:
         found = cur.fetchone()
         if found is None:
             return None
-        names = [d[0] for d in cur.description]
-        action = action_from_row(dict(zip(names, found, strict=True)))
+        action = action_from_row(_mappings(cur, [found])[0])
         return ActionAggregate(action, self.load_run(action.run_id))
 
     def execute(self, effect: WorkflowEffect | AnyActionEffect) -> None:
@@ -229,8 +234,7 @@ class EdgeStore(SqlSources):
         }
         with self.authority.reading() as conn:
             cur = conn.execute(APPROVAL["list_actions"], params)
-            names = [d[0] for d in cur.description]
-            return [action_from_row(dict(zip(names, r, strict=True))) for r in cur.fetchall()]
+            return [action_from_row(row) for row in _mappings(cur, cur.fetchall())]
 
     def action(self, action_id: str) -> tuple[ApprovedAction, list[ActionEvent]] | None:
         """One action and its Events, or None."""
@@ -239,13 +243,9 @@ class EdgeStore(SqlSources):
             found = cur.fetchone()
             if found is None:
                 return None
-            names = [d[0] for d in cur.description]
-            action = action_from_row(dict(zip(names, found, strict=True)))
+            action = action_from_row(_mappings(cur, [found])[0])
             cur = conn.execute(APPROVAL["select_action_events"], {"action_id": action_id})
-            names = [d[0] for d in cur.description]
-            events = [
-                action_event_from_row(dict(zip(names, r, strict=True))) for r in cur.fetchall()
-            ]
+            events = [action_event_from_row(row) for row in _mappings(cur, cur.fetchall())]
         return action, events
 
     # -- conformance and lifecycle ----------------------------------------------------------
